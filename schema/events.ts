@@ -1,0 +1,109 @@
+import type { ErrorCode } from './errors.js';
+
+/// A step as JSON (`Step.toJSON()`): an object with a `stepType` and that type's fields.
+export interface StepJSON {
+  stepType: string;
+  [field: string]: unknown;
+}
+
+/// A document as JSON (`Node.toJSON()`).
+export interface DocJSON {
+  type: string;
+  [field: string]: unknown;
+}
+
+/// Document ids: 1–128 characters of `A-Z a-z 0-9 . _ : -` (safe in URLs, Redis keys and file
+/// names alike).
+export const docIdPattern = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/// Client ids: 1–64 characters of the same alphabet. Chosen by the client and stable for one
+/// editor session across reconnects, so that prosemirror-collab can recognise its own steps.
+export const clientIdPattern = /^[A-Za-z0-9._:-]{1,64}$/;
+
+/// What a client sends in the Socket.io handshake `auth` object.
+export interface HandshakeAuth {
+  clientID: string;
+  /// An observer: receives every step but may not send any (`forbidden`).
+  readOnly?: boolean;
+}
+
+/// What a client sends in the handshake query string.
+export interface HandshakeQuery {
+  doc: string;
+}
+
+/// A refusal, in any acknowledgement. `version` is the server's version when it is known, so a
+/// client answered `stale` knows which broadcast to wait for.
+export interface ErrorAnswer {
+  ok: false;
+  code: ErrorCode;
+  message: string;
+  retryable: boolean;
+  version?: number;
+}
+
+/// `join` and `pull` requests. Without `version` (or with an `epoch` other than the server's)
+/// the answer carries the whole document.
+export interface SyncRequest {
+  version?: number;
+  epoch?: string;
+}
+
+/// The whole document at `version`.
+export interface DocAnswer {
+  ok: true;
+  epoch: string;
+  version: number;
+  doc: DocJSON;
+}
+
+/// Every step after the requested version, up to `version`.
+export interface StepsSinceAnswer {
+  ok: true;
+  epoch: string;
+  version: number;
+  steps: StepJSON[];
+  clientIDs: string[];
+}
+
+export type SyncAnswer = DocAnswer | StepsSinceAnswer | ErrorAnswer;
+
+/// A batch of steps made at `version`.
+export interface StepsRequest {
+  version: number;
+  steps: StepJSON[];
+}
+
+export type StepsAnswer = { ok: true; version: number } | ErrorAnswer;
+
+/// Confirmed steps, sent to every socket of a document's room. `version` is the version after
+/// the last step; the first step applies at `version - steps.length`.
+export interface StepsBroadcast {
+  version: number;
+  steps: StepJSON[];
+  clientIDs: string[];
+}
+
+/// Sent before the server closes a socket on purpose (shutdown, unload): reconnect after
+/// `retryAfterMs`.
+export interface ClosingNotice {
+  code: ErrorCode;
+  message: string;
+  retryAfterMs: number;
+}
+
+/// Events a client sends. Each takes an acknowledgement callback.
+export interface ClientToServerEvents {
+  join: (request: SyncRequest, ack: (answer: SyncAnswer) => void) => void;
+  pull: (request: SyncRequest, ack: (answer: SyncAnswer) => void) => void;
+  steps: (request: StepsRequest, ack: (answer: StepsAnswer) => void) => void;
+}
+
+/// Events the server sends.
+export interface ServerToClientEvents {
+  steps: (broadcast: StepsBroadcast) => void;
+  /// A message the server could not answer through an acknowledgement (an unknown event, an
+  /// event sent without an acknowledgement callback).
+  'protocol-error': (error: { code: ErrorCode; message: string; event: string }) => void;
+  closing: (notice: ClosingNotice) => void;
+}

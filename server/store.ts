@@ -1,0 +1,75 @@
+import type { DocJSON, StepJSON } from '../schema/index.js';
+
+/// A whole document as stored: written every N steps or T seconds, when the last editor
+/// leaves, and on shutdown. Loading starts from the newest snapshot and replays the journal.
+export interface Snapshot {
+  doc: DocJSON;
+  version: number;
+  /// Changes only when the document's history is cut (a fresh document, a restore): a client
+  /// holding another epoch cannot catch up by steps and gets the whole document.
+  epoch: string;
+  schemaVersion: number;
+  /// Milliseconds since the Unix epoch.
+  savedAt: number;
+}
+
+/// One group-committed run of accepted steps: the steps that one flush of a room appended,
+/// applying at `baseVersion` and ending at `baseVersion + steps.length`.
+export interface JournalEntry {
+  baseVersion: number;
+  steps: StepJSON[];
+  clientIDs: string[];
+}
+
+/// An append: `steps` may be extended only if the stored document is at `baseVersion` of
+/// `epoch` (or does not exist yet and `baseVersion` is 0). That compare-and-set is what keeps
+/// two processes from both extending one version of a document.
+export interface AppendRequest extends JournalEntry {
+  epoch: string;
+}
+
+/// The outcome of an append. `conflict` means another writer got there first (or the document
+/// was restored): drop the in-memory copy and reload.
+export type AppendOutcome =
+  | { ok: true; version: number }
+  | { ok: false; reason: 'conflict'; version: number; epoch: string | null };
+
+/// The outcome of a snapshot write. `conflict`: the stored document is of another epoch or
+/// behind the snapshot (it was never journaled). `outdated`: a newer snapshot is already stored;
+/// nothing was written, and nothing needs to be.
+export type SnapshotOutcome = { ok: true } | { ok: false; reason: 'conflict' | 'outdated' };
+
+/// What `load` returns: the newest snapshot (null when none was written yet) and the journal
+/// entries after it, in order, ending at `version`.
+export interface StoredDocument {
+  epoch: string;
+  version: number;
+  snapshot: Snapshot | null;
+  journal: JournalEntry[];
+}
+
+/// Thrown (as a rejected promise) when the store cannot be reached or does not answer in time.
+/// The server refuses steps with `unavailable` and never acknowledges what it could not store.
+export class StoreUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}
+
+/// Persistence for documents: a snapshot plus a write-ahead journal of steps. Implementations
+/// (memory, file, Redis) pass the same contract tests. Expected refusals are returned as
+/// outcomes; I/O failures reject with `StoreUnavailableError`.
+export interface Store {
+  /// 'memory', 'file' or 'redis', for the start-up log line.
+  readonly kind: string;
+  /// Loads a document; null when the store has never seen it.
+  load(docId: string): Promise<StoredDocument | null>;
+  /// Appends one journal entry with a compare-and-set on the version (see `AppendRequest`).
+  append(docId: string, request: AppendRequest): Promise<AppendOutcome>;
+  /// Stores a snapshot and trims the journal entries it covers. Fenced: refused unless the
+  /// journal has reached `snapshot.version` in the same epoch; never replaces a newer snapshot.
+  snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome>;
+  /// Releases connections and handles. The store is unusable afterwards.
+  close(): Promise<void>;
+}
