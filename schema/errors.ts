@@ -38,6 +38,10 @@ export const errors = {
     message: 'auth.clientID must be 1–64 characters of A-Z a-z 0-9 . _ : -',
     retryable: false,
   },
+  'not-found': {
+    message: 'No document has this id',
+    retryable: false,
+  },
   'shutting-down': {
     message: 'The server is restarting: reconnect in a moment',
     retryable: true,

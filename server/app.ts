@@ -1,0 +1,112 @@
+import { createServer, type Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import { Server } from 'socket.io';
+import type { Config } from './config.js';
+import { attachProtocol, type ScriptoriumServer } from './connection.js';
+import { createHttpApp } from './http.js';
+import type { BatchObserver, RoomTransport } from './room.js';
+import { Rooms } from './rooms.js';
+import type { Store } from './store.js';
+
+/// A running Scriptorium server: HTTP and Socket.io on one port.
+export interface Scriptorium {
+  readonly http: HttpServer;
+  readonly io: ScriptoriumServer;
+  readonly rooms: Rooms;
+  /// Starts listening; resolves with the bound port (useful with port 0).
+  listen(): Promise<number>;
+  /// Graceful shutdown: refuses new connections, finishes in-flight batches, writes
+  /// snapshots, tells every socket to reconnect later, closes the store. Bounded by
+  /// `shutdownTimeoutMs`; resolves true when everything was saved in time.
+  close(): Promise<boolean>;
+}
+
+/// Builds the server from a validated configuration and its dependencies. Nothing listens
+/// until `listen()`.
+export function createScriptorium(
+  config: Readonly<Config>,
+  deps: { store: Store; log: Logger; observer?: BatchObserver | null },
+): Scriptorium {
+  const { store, log } = deps;
+  let draining = false;
+  const isDraining = () => draining;
+
+  let io!: ScriptoriumServer;
+  const transport: RoomTransport = {
+    broadcast(docId, message) {
+      io.to(docId).emit('steps', message);
+    },
+    evict(docId, code, message) {
+      io.to(docId).emit('closing', { code, message, retryAfterMs: 0 });
+      io.in(docId).disconnectSockets(true);
+    },
+  };
+  const rooms = new Rooms({
+    store,
+    transport,
+    observer: deps.observer ?? null,
+    log,
+    options: config,
+  });
+  const app = createHttpApp({
+    rooms,
+    storeKind: store.kind,
+    draining: isDraining,
+    sockets: () => io.engine.clientsCount,
+  });
+  const http = createServer(app);
+  io = new Server(http, {
+    maxHttpBufferSize: config.maxMessageBytes,
+    // Steps are small and latency-bound; compressing them costs more than it saves.
+    perMessageDeflate: false,
+    httpCompression: false,
+    cors: { origin: true },
+  });
+  attachProtocol(io, rooms, log, isDraining);
+
+  let closing: Promise<boolean> | null = null;
+  return {
+    http,
+    io,
+    rooms,
+    listen() {
+      return new Promise((resolve, reject) => {
+        http.once('error', reject);
+        http.listen(config.port, config.host, () => {
+          http.off('error', reject);
+          resolve((http.address() as AddressInfo).port);
+        });
+      });
+    },
+    close() {
+      closing ??= shutdown();
+      return closing;
+    },
+  };
+
+  async function shutdown(): Promise<boolean> {
+    draining = true;
+    // No new connections from here on; sockets already open stay until they are told to go.
+    http.close();
+    log.info('shutting down: finishing in-flight batches and writing snapshots');
+    const saved = rooms.flushAll().then((failed) => failed === 0);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), config.shutdownTimeoutMs);
+    });
+    const ok = await Promise.race([saved, timeout]);
+    clearTimeout(timer);
+    if (!ok) log.warn('shutdown: not every document could be saved in time');
+    io.emit('closing', {
+      code: 'shutting-down',
+      message: 'The server is restarting: reconnect in a moment',
+      retryAfterMs: 1000,
+    });
+    io.disconnectSockets(true);
+    rooms.closeAll();
+    await new Promise<void>((resolve) => io.close(() => resolve()));
+    await store.close().catch((err: unknown) => log.warn({ err }, 'store close failed'));
+    return ok;
+  }
+}

@@ -1,0 +1,415 @@
+import type { Node } from 'prosemirror-model';
+import type { Logger } from 'pino';
+import {
+  errorBody,
+  schemaVersion,
+  type ErrorCode,
+  type StepJSON,
+  type StepsAnswer,
+  type StepsBroadcast,
+  type SyncAnswer,
+  type SyncRequest,
+} from '../schema/index.js';
+import type { Authority } from './authority.js';
+import type { Store } from './store.js';
+
+/// What a room needs from the transport: one broadcast per flush to every socket of the
+/// document, and a way to send everyone away when the room's copy can no longer be trusted.
+export interface RoomTransport {
+  broadcast(docId: string, message: StepsBroadcast): void;
+  evict(docId: string, code: ErrorCode, message: string): void;
+}
+
+/// Receives the timings of every `steps` message (milliseconds from `performance.now()`):
+/// received, validated and applied, persisted, outcome sent. `code` is null when accepted.
+export interface BatchObserver {
+  batch(
+    docId: string,
+    received: number,
+    applied: number,
+    persisted: number,
+    sent: number,
+    steps: number,
+    code: string | null,
+  ): void;
+}
+
+/// Room settings taken from the server configuration.
+export interface RoomOptions {
+  snapshotEverySteps: number;
+  snapshotEveryMs: number;
+}
+
+/// A batch accepted by the authority and waiting to be journaled, acknowledged and broadcast.
+interface PendingBatch {
+  ack: (answer: StepsAnswer) => void;
+  clientID: string;
+  steps: StepJSON[];
+  version: number;
+  doc: Node;
+  received: number;
+  applied: number;
+}
+
+/// Why a room stopped serving: a journal conflict (another process extended the document) or
+/// an unload. A closed room refuses everything; its registry drops it.
+export type RoomState = 'open' | 'closed';
+
+/// One document's room in this process: the pure authority plus what makes it durable and
+/// shared. Accepted batches are journaled as one group commit per event-loop turn, and only
+/// then acknowledged and broadcast (one broadcast for the whole group). Clients are only ever
+/// shown *published* state: steps that are durable. Steps applied but not yet durable are
+/// rewound if the journal refuses or fails them, which loses nothing anyone was promised.
+export class Room {
+  readonly docId: string;
+  readonly epoch: string;
+  state: RoomState = 'open';
+  /// Joined sockets; the registry unloads a room that stays empty.
+  sockets = 0;
+  /// The last version made durable, acknowledged and broadcast, and its document.
+  publishedVersion: number;
+  publishedDoc: Node;
+  snapshotVersion: number;
+  /// Set when the last snapshot was written (ms, Date.now clock).
+  lastSnapshotAt: number;
+  /// Called once when the room closes itself (conflict): the registry forgets it.
+  onClose: (room: Room) => void = () => {};
+
+  private readonly authority: Authority;
+  private readonly store: Store;
+  private readonly transport: RoomTransport;
+  private readonly observer: BatchObserver | null;
+  private readonly log: Logger;
+  private readonly options: RoomOptions;
+  private readonly now: () => number;
+  private pending: PendingBatch[] = [];
+  private flushing = false;
+  private flushScheduled = false;
+  private snapshotting: Promise<boolean> | null = null;
+  private snapshotTimer: NodeJS.Timeout | null = null;
+  /// Resolves when nothing is pending or in flight; for graceful shutdown.
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(
+    docId: string,
+    epoch: string,
+    authority: Authority,
+    snapshotVersion: number,
+    deps: {
+      store: Store;
+      transport: RoomTransport;
+      observer: BatchObserver | null;
+      log: Logger;
+      options: RoomOptions;
+      now?: () => number;
+    },
+  ) {
+    this.docId = docId;
+    this.epoch = epoch;
+    this.authority = authority;
+    this.publishedVersion = authority.version;
+    this.publishedDoc = authority.doc;
+    this.snapshotVersion = snapshotVersion;
+    this.store = deps.store;
+    this.transport = deps.transport;
+    this.observer = deps.observer;
+    this.log = deps.log;
+    this.options = deps.options;
+    this.now = deps.now ?? Date.now;
+    this.lastSnapshotAt = this.now();
+    if (this.publishedVersion > this.snapshotVersion) this.armSnapshotTimer();
+  }
+
+  /// The answer to `join` and `pull`: the steps since the client's version when the history
+  /// still holds them all (and the epoch matches), otherwise the whole published document.
+  sync(request: SyncRequest): SyncAnswer {
+    if (this.state !== 'open') return { ok: false, ...errorBody('unavailable') };
+    const { version, epoch } = request;
+    if (version !== undefined && (epoch === undefined || epoch === this.epoch)) {
+      const since = this.authority.stepsSince(version, this.publishedVersion);
+      if (since) {
+        return {
+          ok: true,
+          epoch: this.epoch,
+          version: this.publishedVersion,
+          steps: since.steps,
+          clientIDs: since.clientIDs,
+        };
+      }
+    }
+    return {
+      ok: true,
+      epoch: this.epoch,
+      version: this.publishedVersion,
+      doc: this.publishedDoc.toJSON(),
+    };
+  }
+
+  /// Handles a `steps` message. The answer goes through `ack`: after the broadcast that carries
+  /// the steps when they are accepted, at once when they are refused.
+  receive(
+    version: number,
+    steps: readonly unknown[],
+    clientID: string,
+    ack: (answer: StepsAnswer) => void,
+    received: number,
+  ): void {
+    if (this.state !== 'open') {
+      this.refuse(ack, 'unavailable', undefined, this.publishedVersion, received, steps.length);
+      return;
+    }
+    const outcome = this.authority.receive(version, steps, clientID);
+    if (!outcome.ok) {
+      this.refuse(ack, outcome.code, outcome.message, outcome.version, received, steps.length);
+      return;
+    }
+    this.pending.push({
+      ack,
+      clientID,
+      steps: outcome.steps,
+      version: outcome.version,
+      doc: outcome.doc,
+      received,
+      applied: performance.now(),
+    });
+    if (!this.flushScheduled && !this.flushing) {
+      this.flushScheduled = true;
+      // After the I/O callbacks of this turn: every batch that arrived in it joins one append.
+      setImmediate(() => this.flush());
+    }
+  }
+
+  /// Resolves once nothing is waiting to be journaled.
+  whenIdle(): Promise<void> {
+    if (this.pending.length === 0 && !this.flushing) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /// True when the published version is not in a snapshot yet.
+  get needsSnapshot(): boolean {
+    return this.publishedVersion > this.snapshotVersion;
+  }
+
+  /// Writes a snapshot of the published document if it has moved since the last one. Never
+  /// overlaps with itself. Resolves true when the store holds a snapshot at the published
+  /// version afterwards; false when the write failed (the room stays loaded and retries).
+  snapshot(): Promise<boolean> {
+    if (this.snapshotting) return this.snapshotting;
+    if (!this.needsSnapshot) return Promise.resolve(true);
+    const version = this.publishedVersion;
+    const doc = this.publishedDoc;
+    const started = performance.now();
+    this.clearSnapshotTimer();
+    this.snapshotting = this.store
+      .snapshot(this.docId, {
+        doc: doc.toJSON(),
+        version,
+        epoch: this.epoch,
+        schemaVersion,
+        savedAt: Date.now(),
+      })
+      .then(
+        (outcome) => {
+          if (outcome.ok || outcome.reason === 'outdated') {
+            this.snapshotVersion = Math.max(this.snapshotVersion, version);
+            this.lastSnapshotAt = this.now();
+            this.log.debug(
+              { doc: this.docId, version, ms: +(performance.now() - started).toFixed(3) },
+              'snapshot written',
+            );
+            return true;
+          }
+          this.log.warn({ doc: this.docId, version }, 'snapshot refused by the store');
+          return false;
+        },
+        (err: unknown) => {
+          this.log.warn({ doc: this.docId, version, err }, 'snapshot failed; will retry');
+          return false;
+        },
+      )
+      .then((ok) => {
+        this.snapshotting = null;
+        if (this.needsSnapshot && this.state === 'open') this.armSnapshotTimer();
+        return ok;
+      });
+    return this.snapshotting;
+  }
+
+  /// Closes the room: refuses what is pending, stops timers. Sockets are the transport's.
+  close(): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    this.clearSnapshotTimer();
+    const pending = this.pending;
+    this.pending = [];
+    for (let i = 0; i < pending.length; i++) {
+      const batch = pending[i]!;
+      this.refuse(
+        batch.ack,
+        'unavailable',
+        undefined,
+        this.publishedVersion,
+        batch.received,
+        batch.steps.length,
+      );
+    }
+    this.settleIdle();
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    if (this.flushing || this.pending.length === 0 || this.state !== 'open') {
+      this.settleIdle();
+      return;
+    }
+    const group = this.pending;
+    this.pending = [];
+    this.flushing = true;
+    const baseVersion = this.publishedVersion;
+    let steps: StepJSON[];
+    let clientIDs: string[];
+    if (group.length === 1) {
+      steps = group[0]!.steps;
+      clientIDs = new Array(steps.length).fill(group[0]!.clientID);
+    } else {
+      steps = [];
+      clientIDs = [];
+      for (let i = 0; i < group.length; i++) {
+        const batch = group[i]!;
+        for (let j = 0; j < batch.steps.length; j++) {
+          steps.push(batch.steps[j]!);
+          clientIDs.push(batch.clientID);
+        }
+      }
+    }
+    this.store.append(this.docId, { epoch: this.epoch, baseVersion, steps, clientIDs }).then(
+      (outcome) => {
+        if (outcome.ok) this.publish(group, steps, clientIDs);
+        else this.conflict(group, outcome.version);
+      },
+      (err: unknown) => this.failed(group, err),
+    );
+  }
+
+  private publish(group: PendingBatch[], steps: StepJSON[], clientIDs: string[]): void {
+    const persisted = performance.now();
+    const last = group[group.length - 1]!;
+    this.publishedVersion = last.version;
+    this.publishedDoc = last.doc;
+    // One broadcast for the whole group, encoded once by the adapter for every socket; it is
+    // written before the acknowledgements below, so each sender sees its steps confirmed by
+    // the broadcast first.
+    this.transport.broadcast(this.docId, { version: last.version, steps, clientIDs });
+    for (let i = 0; i < group.length; i++) {
+      const batch = group[i]!;
+      batch.ack({ ok: true, version: batch.version });
+      if (this.observer) {
+        this.observer.batch(
+          this.docId,
+          batch.received,
+          batch.applied,
+          persisted,
+          performance.now(),
+          batch.steps.length,
+          null,
+        );
+      }
+    }
+    this.flushing = false;
+    if (this.publishedVersion - this.snapshotVersion >= this.options.snapshotEverySteps) {
+      void this.snapshot();
+    } else if (this.snapshotTimer === null && !this.snapshotting) {
+      this.armSnapshotTimer();
+    }
+    this.flushNextOrSettle();
+  }
+
+  private failed(group: PendingBatch[], err: unknown): void {
+    this.log.warn({ doc: this.docId, err }, 'journal append failed; refusing the batches');
+    // Everything applied after the published version depended on the failed group: rewind
+    // the authority and refuse it all. None of it was acknowledged.
+    const refused = group.concat(this.pending);
+    this.pending = [];
+    this.authority.rewind(this.publishedVersion, this.publishedDoc);
+    this.flushing = false;
+    for (let i = 0; i < refused.length; i++) {
+      const batch = refused[i]!;
+      this.refuse(
+        batch.ack,
+        'unavailable',
+        undefined,
+        this.publishedVersion,
+        batch.received,
+        batch.steps.length,
+      );
+    }
+    this.settleIdle();
+  }
+
+  private conflict(group: PendingBatch[], storedVersion: number): void {
+    this.log.warn(
+      { doc: this.docId, version: this.publishedVersion, storedVersion },
+      'journal conflict: another writer extended this document; reloading',
+    );
+    const refused = group.concat(this.pending);
+    this.pending = [];
+    this.flushing = false;
+    for (let i = 0; i < refused.length; i++) {
+      const batch = refused[i]!;
+      this.refuse(batch.ack, 'stale', undefined, storedVersion, batch.received, batch.steps.length);
+    }
+    // This copy is behind the store. Its sockets rejoin and load the stored document, which
+    // answers them with the missing steps (or the whole document).
+    this.close();
+    this.transport.evict(this.docId, 'stale', 'The document changed elsewhere: rejoin');
+    this.onClose(this);
+  }
+
+  private flushNextOrSettle(): void {
+    if (this.pending.length > 0 && this.state === 'open') {
+      this.flushScheduled = true;
+      setImmediate(() => this.flush());
+    } else {
+      this.settleIdle();
+    }
+  }
+
+  private settleIdle(): void {
+    if (this.pending.length > 0 || this.flushing) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (let i = 0; i < waiters.length; i++) waiters[i]!();
+  }
+
+  private refuse(
+    ack: (answer: StepsAnswer) => void,
+    code: ErrorCode,
+    message: string | undefined,
+    version: number,
+    received: number,
+    steps: number,
+  ): void {
+    ack({ ok: false, ...errorBody(code, message), version });
+    if (this.observer) {
+      const now = performance.now();
+      this.observer.batch(this.docId, received, now, now, now, steps, code);
+    }
+  }
+
+  private armSnapshotTimer(): void {
+    if (this.snapshotTimer !== null || this.state !== 'open') return;
+    const wait = Math.max(0, this.lastSnapshotAt + this.options.snapshotEveryMs - this.now());
+    this.snapshotTimer = setTimeout(() => {
+      this.snapshotTimer = null;
+      void this.snapshot();
+    }, wait);
+    this.snapshotTimer.unref();
+  }
+
+  private clearSnapshotTimer(): void {
+    if (this.snapshotTimer !== null) {
+      clearTimeout(this.snapshotTimer);
+      this.snapshotTimer = null;
+    }
+  }
+}
