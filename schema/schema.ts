@@ -17,7 +17,30 @@ const strike: MarkSpec = {
   toDOM: () => ['s', 0],
 };
 
-const baseNodes = new Schema({ nodes: basicNodes, marks: {} }).spec.nodes;
+// Attributes are validated so that `Node.check()` refuses a document that no editor could
+// have made (an AttrStep setting heading level 9, an image without a source).
+const baseNodes = new Schema({ nodes: basicNodes, marks: {} }).spec.nodes
+  .update('heading', {
+    ...basicNodes.heading,
+    attrs: {
+      level: {
+        default: 1,
+        validate: (value: unknown) => {
+          if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > 6) {
+            throw new RangeError('heading level must be 1–6');
+          }
+        },
+      },
+    },
+  })
+  .update('image', {
+    ...basicNodes.image,
+    attrs: {
+      src: { validate: 'string' },
+      alt: { default: null, validate: 'string|null' },
+      title: { default: null, validate: 'string|null' },
+    },
+  });
 
 /// The one schema shared by the server, the browser editor and the simulator: paragraph,
 /// headings 1–6, blockquote, code block, horizontal rule, hard break, image, bullet and ordered

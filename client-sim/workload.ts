@@ -1,0 +1,161 @@
+import type { Node, NodeType } from 'prosemirror-model';
+import type { EditorState, Transaction } from 'prosemirror-state';
+import { canJoin, canSplit, findWrapping, liftTarget } from 'prosemirror-transform';
+import { schema } from '../schema/index.js';
+import type { Random } from './random.js';
+
+/// The kinds of edit a simulated person makes, and how often (relative weights). Typing
+/// dominates, as it does for people.
+export const editMix = {
+  type: 60,
+  delete: 12,
+  deleteAcrossBlocks: 3,
+  enter: 8,
+  join: 3,
+  mark: 7,
+  list: 3,
+  heading: 4,
+} as const;
+
+export type EditKind = keyof typeof editMix;
+
+const kinds = Object.keys(editMix) as EditKind[];
+const totalWeight = kinds.reduce((sum, kind) => sum + editMix[kind], 0);
+const words = ['the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', 'lorem', 'ipsum'];
+const markNames = ['strong', 'em', 'code', 'strike', 'link'] as const;
+
+/// Picks an edit kind by the weights of `editMix`.
+export function pickKind(random: Random): EditKind {
+  let roll = random.next() * totalWeight;
+  for (const kind of kinds) {
+    roll -= editMix[kind];
+    if (roll < 0) return kind;
+  }
+  return 'type';
+}
+
+/// Makes one random edit to `state`, like a person would: typing a few characters, deleting,
+/// pressing Enter, joining blocks, toggling a mark, making a list or a heading. Deterministic
+/// for the random generator's state. Returns null when the picked edit does not fit the
+/// document (the caller simply tries again later); a returned transaction always applies and
+/// leaves a document that passes `check()`.
+export function randomEdit(
+  state: EditorState,
+  random: Random,
+  kind = pickKind(random),
+): Transaction | null {
+  const blocks = textblocks(state.doc);
+  if (blocks.length === 0) return null;
+  const block = random.pick(blocks);
+  const tr = state.tr;
+  const inside = block.pos + 1 + random.int(0, block.node.content.size);
+  try {
+    switch (kind) {
+      case 'type': {
+        if (block.node.type.spec.code && random.chance(0.5)) return null;
+        const text = random.pick(words) + (random.chance(0.7) ? ' ' : '');
+        tr.insertText(text, inside);
+        break;
+      }
+      case 'delete': {
+        const size = block.node.content.size;
+        if (size === 0) return null;
+        const from = block.pos + 1 + random.int(0, size - 1);
+        const to = Math.min(block.pos + 1 + size, from + random.int(1, 6));
+        tr.delete(from, to);
+        break;
+      }
+      case 'deleteAcrossBlocks': {
+        if (blocks.length < 2) return null;
+        const index = random.int(0, blocks.length - 2);
+        const a = blocks[index]!;
+        const b = blocks[index + 1]!;
+        const from = a.pos + 1 + random.int(0, a.node.content.size);
+        const to = b.pos + 1 + random.int(0, b.node.content.size);
+        tr.delete(from, to);
+        break;
+      }
+      case 'enter': {
+        if (!canSplit(state.doc, inside)) return null;
+        tr.split(inside);
+        break;
+      }
+      case 'join': {
+        const candidates: number[] = [];
+        state.doc.descendants((node, pos) => {
+          if (node.isBlock && canJoin(state.doc, pos) && pos > 0) candidates.push(pos);
+          return !node.isTextblock;
+        });
+        if (candidates.length === 0) return null;
+        tr.join(random.pick(candidates));
+        break;
+      }
+      case 'mark': {
+        const size = block.node.content.size;
+        if (size === 0) return null;
+        const from = block.pos + 1 + random.int(0, size - 1);
+        const to = Math.min(block.pos + 1 + size, from + random.int(1, 12));
+        const name = random.pick(markNames);
+        const mark =
+          name === 'link'
+            ? schema.marks.link!.create({ href: `https://example.com/${random.int(1, 99)}` })
+            : schema.marks[name]!.create();
+        if (state.doc.rangeHasMark(from, to, mark.type)) tr.removeMark(from, to, mark.type);
+        else tr.addMark(from, to, mark);
+        break;
+      }
+      case 'list': {
+        const $pos = state.doc.resolve(inside);
+        const range = $pos.blockRange();
+        if (!range) return null;
+        const target = liftTarget(range);
+        if ($pos.depth > 1 && target !== null && random.chance(0.5)) {
+          tr.lift(range, target);
+        } else {
+          const listType: NodeType = random.chance(0.5)
+            ? schema.nodes.bullet_list!
+            : schema.nodes.ordered_list!;
+          const wrapping = findWrapping(range, listType);
+          if (!wrapping) return null;
+          tr.wrap(range, wrapping);
+        }
+        break;
+      }
+      case 'heading': {
+        const type = random.chance(0.7) ? schema.nodes.heading! : schema.nodes.paragraph!;
+        const attrs = type === schema.nodes.heading ? { level: random.int(1, 6) } : null;
+        if (!block.node.isTextblock || block.node.type.spec.code) return null;
+        tr.setBlockType(block.pos, block.pos + block.node.nodeSize, type, attrs);
+        break;
+      }
+    }
+  } catch {
+    // A transform that does not fit this document (prosemirror-transform throws for some
+    // structural edits instead of refusing them): no edit this time.
+    return null;
+  }
+  if (!tr.docChanged) return null;
+  try {
+    tr.doc.check();
+  } catch {
+    return null;
+  }
+  return tr;
+}
+
+interface Located {
+  node: Node;
+  pos: number;
+}
+
+function textblocks(doc: Node): Located[] {
+  const found: Located[] = [];
+  doc.descendants((node, pos) => {
+    if (node.isTextblock) {
+      found.push({ node, pos });
+      return false;
+    }
+    return true;
+  });
+  return found;
+}

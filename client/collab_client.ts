@@ -1,0 +1,448 @@
+import { collab, getVersion, receiveTransaction, sendableSteps } from 'prosemirror-collab';
+import { Node } from 'prosemirror-model';
+import { EditorState, type Plugin, type Transaction } from 'prosemirror-state';
+import { Step } from 'prosemirror-transform';
+import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
+import {
+  errorBody,
+  isErrorCode,
+  schema,
+  type ClientToServerEvents,
+  type ClosingNotice,
+  type ErrorBody,
+  type ServerToClientEvents,
+  type StepJSON,
+  type StepsAnswer,
+  type StepsBroadcast,
+  type SyncAnswer,
+} from '../schema/index.js';
+
+/// Where a client stands: `connecting` (joining or catching up), `synced` (connected, nothing
+/// unconfirmed), `sending` (connected, local steps waiting for confirmation), `offline`
+/// (disconnected; local edits are kept and sent after reconnecting), `failed` (the server
+/// refused this client for good; `error` says why).
+export type CollabStatus = 'connecting' | 'synced' | 'sending' | 'offline' | 'failed';
+
+/// Options of a `CollabClient`.
+export interface CollabClientOptions {
+  /// The server's base URL, e.g. `http://localhost:4000`.
+  url: string;
+  docId: string;
+  /// Stable for one editor session; generated when omitted.
+  clientID?: string;
+  /// More plugins for the editor state (history, presence, keymaps). The collab plugin is
+  /// added by the client.
+  plugins?: readonly Plugin[];
+  /// An observer: receives every step, never sends.
+  readOnly?: boolean;
+  /// Reconnection backoff: first delay, upper bound, and jitter (0–1), as Socket.io takes them.
+  reconnectDelayMs?: number;
+  reconnectDelayMaxMs?: number;
+  reconnectJitter?: number;
+  /// After a `stale` answer, how long to wait for the broadcast before asking with `pull`.
+  staleWaitMs?: number;
+  /// Passed to socket.io-client (transports, a custom `parser`, timeouts).
+  socketOptions?: Partial<ManagerOptions & SocketOptions>;
+  /// Called after every state change, local or remote, with the transaction that made it
+  /// (null when the state was rebuilt: the first load or a reload).
+  onState?: (state: EditorState, tr: Transaction | null) => void;
+  onStatus?: (status: CollabStatus, error: ErrorBody | null) => void;
+  /// Called when the document was replaced by the server's copy (another epoch, history gone,
+  /// or local steps the server refused): `dropped` local steps could not be kept.
+  onReload?: (info: { dropped: number; reason: string }) => void;
+}
+
+/// The client side of the Scriptorium protocol on top of prosemirror-collab: joins the
+/// document, sends `sendableSteps` with one batch in flight, applies broadcasts with
+/// `receiveTransaction`, waits and resends on `stale`, reconnects with backoff and jitter and
+/// catches up by version before sending again, and reloads when the history is gone.
+///
+/// It holds the editor state. A browser editor dispatches through `dispatch` and renders what
+/// `onState` gives it; a headless editor just calls `dispatch`.
+export class CollabClient {
+  readonly clientID: string;
+  readonly docId: string;
+  readonly socket: Socket<ServerToClientEvents, ClientToServerEvents>;
+  /// Null until the first join has answered.
+  state: EditorState | null = null;
+  epoch: string | null = null;
+  status: CollabStatus = 'connecting';
+  error: ErrorBody | null = null;
+  /// How often this client reconnected, and how often the server answered `stale`.
+  reconnects = 0;
+  staleAnswers = 0;
+
+  private readonly options: CollabClientOptions;
+  private readonly plugins: readonly Plugin[];
+  private joined = false;
+  private inFlight = false;
+  /// Bumped on every (re)connection so that answers meant for an earlier one are ignored.
+  private generation = 0;
+  private waitForVersion = 0;
+  private staleTimer: ReturnType<typeof setTimeout> | null = null;
+  private retryTimer: ReturnType<typeof setTimeout> | null = null;
+  private retryDelayMs = 0;
+  private closingNotice: ClosingNotice | null = null;
+  private closed = false;
+  private readonly readyWaiters: { resolve: () => void; reject: (err: Error) => void }[] = [];
+  private readonly settleWaiters: (() => void)[] = [];
+
+  constructor(options: CollabClientOptions) {
+    this.options = options;
+    this.docId = options.docId;
+    this.clientID = options.clientID ?? randomClientID();
+    this.plugins = options.plugins ?? [];
+    this.socket = io(options.url, {
+      transports: ['websocket'],
+      reconnectionDelay: options.reconnectDelayMs ?? 500,
+      reconnectionDelayMax: options.reconnectDelayMaxMs ?? 10_000,
+      randomizationFactor: options.reconnectJitter ?? 0.5,
+      ...options.socketOptions,
+      query: { doc: options.docId },
+      auth: { clientID: this.clientID, readOnly: options.readOnly === true },
+    });
+    this.socket.on('connect', () => this.onConnect());
+    this.socket.on('disconnect', (reason) => this.onDisconnect(reason));
+    this.socket.on('connect_error', (err) => this.onConnectError(err));
+    this.socket.on('steps', (message) => this.onSteps(message));
+    this.socket.on('closing', (notice) => {
+      this.closingNotice = notice;
+    });
+  }
+
+  /// Resolves once the document is loaded (the first join answered); rejects if the server
+  /// refuses this client for good.
+  ready(): Promise<void> {
+    if (this.state) return Promise.resolve();
+    if (this.status === 'failed') return Promise.reject(new Error(this.error?.message));
+    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+  }
+
+  /// Resolves when connected with nothing unconfirmed: every local step is on the server.
+  settled(): Promise<void> {
+    if (this.isSettled()) return Promise.resolve();
+    return new Promise((resolve) => this.settleWaiters.push(resolve));
+  }
+
+  /// The collab version this client has reached.
+  get version(): number {
+    return this.state ? getVersion(this.state) : -1;
+  }
+
+  /// True while local steps wait to be confirmed by the server.
+  get hasUnconfirmed(): boolean {
+    return this.state !== null && sendableSteps(this.state) !== null;
+  }
+
+  /// Applies a local transaction (typing, commands) and sends its steps when it can. Throws
+  /// when called before the document is loaded.
+  dispatch(tr: Transaction): void {
+    if (!this.state) throw new Error('CollabClient.dispatch before the document is loaded');
+    this.state = this.state.apply(tr);
+    this.options.onState?.(this.state, tr);
+    if (tr.docChanged) this.trySend();
+  }
+
+  /// Disconnects for good and stops every timer.
+  close(): void {
+    this.closed = true;
+    this.clearTimers();
+    this.socket.close();
+    this.setStatus('offline');
+  }
+
+  private onConnect(): void {
+    this.generation++;
+    this.inFlight = false;
+    this.joined = false;
+    this.closingNotice = null;
+    this.setStatus('connecting');
+    this.join();
+  }
+
+  private join(): void {
+    const generation = this.generation;
+    const request =
+      this.state && this.epoch ? { version: getVersion(this.state), epoch: this.epoch } : {};
+    this.socket.emit('join', request, (answer) => {
+      if (generation !== this.generation) return;
+      if (!answer.ok) {
+        this.handleRefusal(answer, () => this.join());
+        return;
+      }
+      this.joined = true;
+      this.retryDelayMs = 0;
+      this.applySync(answer);
+      for (const waiter of this.readyWaiters.splice(0)) waiter.resolve();
+      this.trySend();
+    });
+  }
+
+  private pull(full: boolean, dropLocal = false): void {
+    const generation = this.generation;
+    const request =
+      !full && this.state && this.epoch
+        ? { version: getVersion(this.state), epoch: this.epoch }
+        : {};
+    this.socket.emit('pull', request, (answer) => {
+      if (generation !== this.generation) return;
+      if (!answer.ok) {
+        this.handleRefusal(answer, () => this.pull(full, dropLocal));
+        return;
+      }
+      this.applySync(answer, dropLocal);
+      this.trySend();
+    });
+  }
+
+  private applySync(answer: Extract<SyncAnswer, { ok: true }>, dropLocal = false): void {
+    const epochChanged = this.epoch !== null && this.epoch !== answer.epoch;
+    this.epoch = answer.epoch;
+    if ('doc' in answer) {
+      this.reload(Node.fromJSON(schema, answer.doc), answer.version, dropLocal, epochChanged);
+    } else {
+      this.receive(answer.version, answer.steps, answer.clientIDs);
+    }
+  }
+
+  /// Replaces the state with the server's document. Unconfirmed local steps are re-applied on
+  /// top when they still fit (unless `dropLocal`), so an offline editor loses as little as
+  /// possible; the rest are reported through `onReload`.
+  private reload(doc: Node, version: number, dropLocal: boolean, epochChanged: boolean): void {
+    const previous = this.state;
+    const local = previous && !dropLocal ? sendableSteps(previous) : null;
+    let state = EditorState.create({
+      schema,
+      doc,
+      plugins: [...this.plugins, collab({ version, clientID: this.clientID })],
+    });
+    let dropped = 0;
+    if (local) {
+      const tr = state.tr;
+      for (const step of local.steps) {
+        if (tr.maybeStep(step).failed) dropped++;
+      }
+      if (tr.docChanged) state = state.apply(tr);
+    } else if (previous && dropLocal) {
+      dropped = sendableSteps(previous)?.steps.length ?? 0;
+    }
+    this.state = state;
+    this.options.onState?.(state, null);
+    if (previous) {
+      const reason = dropLocal
+        ? 'the server refused local steps'
+        : epochChanged
+          ? "the document's history was reset"
+          : 'the server no longer held the steps to catch up';
+      this.options.onReload?.({ dropped, reason });
+    }
+  }
+
+  private onSteps(message: StepsBroadcast): void {
+    if (!this.joined || !this.state) return;
+    this.receive(message.version, message.steps, message.clientIDs);
+    this.trySend();
+  }
+
+  /// Applies steps ending at `version`. Steps already seen are skipped; a gap (steps that start
+  /// after our version) means something was missed, and a pull fills it.
+  private receive(version: number, steps: readonly StepJSON[], clientIDs: readonly string[]): void {
+    let state = this.state!;
+    const current = getVersion(state);
+    const base = version - steps.length;
+    if (version <= current) return;
+    if (base > current) {
+      this.pull(false);
+      return;
+    }
+    // prosemirror-collab only recognises our own steps at the start of what it is given:
+    // feed it each run of equal clientIDs on its own so that a mixed group confirms ours.
+    let start = current - base;
+    while (start < steps.length) {
+      let end = start + 1;
+      while (end < steps.length && clientIDs[end] === clientIDs[start]) end++;
+      const run: Step[] = new Array(end - start);
+      for (let i = start; i < end; i++) run[i - start] = Step.fromJSON(schema, steps[i]);
+      const tr = receiveTransaction(state, run, clientIDs.slice(start, end), {
+        mapSelectionBackward: true,
+      });
+      state = state.apply(tr);
+      this.state = state;
+      this.options.onState?.(state, tr);
+      start = end;
+    }
+    if (this.staleTimer !== null && getVersion(state) >= this.waitForVersion) {
+      clearTimeout(this.staleTimer);
+      this.staleTimer = null;
+    }
+  }
+
+  private trySend(): void {
+    if (this.closed || !this.joined || !this.state || this.inFlight || this.retryTimer !== null) {
+      this.refreshStatus();
+      return;
+    }
+    if (this.options.readOnly || getVersion(this.state) < this.waitForVersion) {
+      this.refreshStatus();
+      return;
+    }
+    const sendable = sendableSteps(this.state);
+    if (!sendable) {
+      this.refreshStatus();
+      return;
+    }
+    this.inFlight = true;
+    const generation = this.generation;
+    const steps: StepJSON[] = new Array(sendable.steps.length);
+    for (let i = 0; i < steps.length; i++) steps[i] = sendable.steps[i]!.toJSON() as StepJSON;
+    this.socket.emit('steps', { version: sendable.version, steps }, (answer) =>
+      this.onStepsAnswer(answer, generation),
+    );
+    this.refreshStatus();
+  }
+
+  private onStepsAnswer(answer: StepsAnswer, generation: number): void {
+    if (generation !== this.generation) return;
+    this.inFlight = false;
+    if (answer.ok) {
+      this.retryDelayMs = 0;
+      this.trySend();
+      return;
+    }
+    switch (answer.code) {
+      case 'stale':
+        // The broadcast that made us stale is on its way (or already here): wait for it,
+        // rebase through receiveTransaction, resend. A pull covers a broadcast that never
+        // comes (steps the server could not make durable are never broadcast).
+        this.staleAnswers++;
+        this.waitForVersion = answer.version ?? 0;
+        if (this.version < this.waitForVersion && this.staleTimer === null) {
+          this.staleTimer = setTimeout(() => {
+            this.staleTimer = null;
+            this.waitForVersion = 0;
+            if (this.joined) this.pull(false);
+          }, this.options.staleWaitMs ?? 2000);
+        }
+        this.trySend();
+        return;
+      case 'history-gone':
+        this.pull(true);
+        return;
+      default:
+        this.handleRefusal(answer, () => this.trySend(), true);
+    }
+  }
+
+  /// A refusal other than `stale`: retryable ones are retried with backoff; the others either
+  /// drop the local steps the server will never take (`dropLocal`) or fail the client.
+  private handleRefusal(
+    answer: { code: string; message: string; retryable?: boolean },
+    retry: () => void,
+    dropLocal = false,
+  ): void {
+    const body = isErrorCode(answer.code)
+      ? errorBody(answer.code, answer.message)
+      : errorBody('bad-request', answer.message);
+    if (body.retryable) {
+      this.retryDelayMs = Math.min(
+        Math.max(this.retryDelayMs * 2, this.options.reconnectDelayMs ?? 500),
+        this.options.reconnectDelayMaxMs ?? 10_000,
+      );
+      const delay =
+        this.retryDelayMs * (1 + (Math.random() - 0.5) * (this.options.reconnectJitter ?? 0.5));
+      this.retryTimer = setTimeout(() => {
+        this.retryTimer = null;
+        retry();
+      }, delay);
+      return;
+    }
+    if (dropLocal && this.state) {
+      this.error = body;
+      this.pull(true, true);
+      return;
+    }
+    this.fail(body);
+  }
+
+  private onDisconnect(reason: Socket.DisconnectReason): void {
+    this.joined = false;
+    this.inFlight = false;
+    this.generation++;
+    this.clearTimers();
+    this.setStatus('offline');
+    if (this.closed) return;
+    if (reason === 'io server disconnect') {
+      // The server sent us away on purpose (shutdown, a reload of its copy). Socket.io does
+      // not reconnect by itself after that; come back after the hinted delay, with jitter.
+      const hint = this.closingNotice?.retryAfterMs ?? 1000;
+      this.retryTimer = setTimeout(
+        () => {
+          this.retryTimer = null;
+          this.reconnects++;
+          this.socket.connect();
+        },
+        hint + Math.random() * Math.max(hint, 250),
+      );
+    } else {
+      this.reconnects++;
+    }
+  }
+
+  private onConnectError(err: Error & { data?: unknown }): void {
+    const data = err.data as Partial<ErrorBody> | undefined;
+    if (!data || !isErrorCode(data.code)) return; // a transport error: Socket.io retries
+    if (!data.retryable) {
+      this.fail(errorBody(data.code, data.message));
+      return;
+    }
+    // Refused by the server's handshake check but retryable (shutting down): Socket.io does
+    // not retry middleware refusals itself.
+    this.retryTimer = setTimeout(
+      () => {
+        this.retryTimer = null;
+        this.socket.connect();
+      },
+      1000 + Math.random() * 1000,
+    );
+  }
+
+  private fail(error: ErrorBody): void {
+    this.error = error;
+    this.closed = true;
+    this.clearTimers();
+    this.socket.close();
+    this.setStatus('failed');
+    for (const waiter of this.readyWaiters.splice(0)) waiter.reject(new Error(error.message));
+  }
+
+  private clearTimers(): void {
+    if (this.staleTimer !== null) clearTimeout(this.staleTimer);
+    if (this.retryTimer !== null) clearTimeout(this.retryTimer);
+    this.staleTimer = null;
+    this.retryTimer = null;
+    this.waitForVersion = 0;
+  }
+
+  private isSettled(): boolean {
+    return this.joined && !this.inFlight && !this.hasUnconfirmed;
+  }
+
+  private refreshStatus(): void {
+    if (this.status === 'failed' || this.closed) return;
+    if (!this.joined) this.setStatus(this.socket.connected ? 'connecting' : 'offline');
+    else this.setStatus(this.hasUnconfirmed || this.inFlight ? 'sending' : 'synced');
+    if (this.isSettled()) for (const waiter of this.settleWaiters.splice(0)) waiter();
+  }
+
+  private setStatus(status: CollabStatus): void {
+    if (this.status === status) return;
+    this.status = status;
+    this.options.onStatus?.(status, this.error);
+  }
+}
+
+/// A client id that is unique enough for one document's editors, without `crypto.randomUUID`
+/// (which browsers only offer on secure origins).
+export function randomClientID(): string {
+  return Date.now().toString(36) + '-' + Math.random().toString(36).slice(2, 10);
+}

@@ -1,0 +1,1 @@
+export * from './collab_client.js';

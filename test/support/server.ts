@@ -1,0 +1,34 @@
+import { pino } from 'pino';
+import { createScriptorium, type Scriptorium } from '../../server/app.js';
+import { loadConfig, type Config } from '../../server/config.js';
+import { MemoryStore } from '../../server/memory_store.js';
+import type { Store } from '../../server/store.js';
+
+/// A real server on 127.0.0.1 and a free port, for integration tests.
+export interface TestServer {
+  server: Scriptorium;
+  store: Store;
+  url: string;
+  port: number;
+  close(): Promise<void>;
+}
+
+/// Starts a server with `store` (a fresh MemoryStore by default) and config `overrides`.
+export async function startServer(
+  overrides: Partial<Config> = {},
+  store: Store = new MemoryStore(),
+): Promise<TestServer> {
+  const config = loadConfig({ host: '127.0.0.1', port: 0, ...overrides });
+  const log = pino({ level: process.env['TEST_LOG_LEVEL'] ?? 'silent' });
+  const server = createScriptorium(config, { store, log });
+  const port = await server.listen();
+  return {
+    server,
+    store,
+    port,
+    url: `http://127.0.0.1:${port}`,
+    close: async () => {
+      await server.close();
+    },
+  };
+}

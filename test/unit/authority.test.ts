@@ -1,0 +1,225 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { collab, getVersion, receiveTransaction, sendableSteps } from 'prosemirror-collab';
+import { EditorState } from 'prosemirror-state';
+import { AttrStep, Step } from 'prosemirror-transform';
+import { Random } from '../../client-sim/random.js';
+import { randomEdit } from '../../client-sim/workload.js';
+import { emptyDoc, schema, type StepJSON } from '../../schema/index.js';
+import { Authority } from '../../server/authority.js';
+
+const limits = { maxHistorySteps: 10_000, maxStepsPerBatch: 100, maxDocSize: 100_000 };
+
+function insertStep(doc = emptyDoc(), text = 'hello', pos = 1): StepJSON {
+  const state = EditorState.create({ doc });
+  return state.tr.insertText(text, pos).steps[0]!.toJSON() as StepJSON;
+}
+
+describe('Authority', () => {
+  it('accepts a batch at the current version and advances by its length', () => {
+    const authority = new Authority(emptyDoc(), 0, limits);
+    const outcome = authority.receive(0, [insertStep()], 'a');
+    assert.equal(outcome.ok, true);
+    assert.equal(authority.version, 1);
+    assert.equal(authority.doc.textContent, 'hello');
+    assert.deepEqual(authority.stepsSince(0)?.clientIDs, ['a']);
+  });
+
+  it('answers stale for a batch made at an older version and changes nothing', () => {
+    const authority = new Authority(emptyDoc(), 0, limits);
+    authority.receive(0, [insertStep()], 'a');
+    const before = authority.doc;
+    const outcome = authority.receive(0, [insertStep()], 'b');
+    assert.equal(outcome.ok, false);
+    assert.equal(!outcome.ok && outcome.code, 'stale');
+    assert.equal(outcome.version, 1);
+    assert.equal(authority.doc, before);
+  });
+
+  it('answers history-gone for a version the authority never reached', () => {
+    const authority = new Authority(emptyDoc(), 0, limits);
+    const outcome = authority.receive(5, [insertStep()], 'a');
+    assert.equal(!outcome.ok && outcome.code, 'history-gone');
+    assert.equal(authority.version, 0);
+  });
+
+  it('applies nothing when a step in the middle of a batch is invalid', () => {
+    const authority = new Authority(emptyDoc(), 0, limits);
+    const good = insertStep();
+    const outOfRange = { stepType: 'replace', from: 50, to: 60 };
+    const outcome = authority.receive(0, [good, outOfRange, good], 'a');
+    assert.equal(!outcome.ok && outcome.code, 'invalid-step');
+    assert.match(!outcome.ok ? outcome.message : '', /^Step 1:/);
+    assert.equal(authority.version, 0);
+    assert.equal(authority.doc.textContent, '');
+    assert.equal(authority.stepsSince(0)?.steps.length, 0);
+  });
+
+  it('refuses unknown step types, malformed steps and batches that break the schema', () => {
+    const authority = new Authority(emptyDoc(), 0, limits);
+    const cases: unknown[] = [
+      { stepType: 'explode' },
+      { stepType: 'replace', from: 'a', to: 2 },
+      { stepType: 'replace', from: 0, to: 2 },
+      { stepType: 'addMark', from: 1, to: 1, mark: { type: 'nonsense' } },
+      // A list item straight in the document: no content expression allows it.
+      {
+        stepType: 'replace',
+        from: 0,
+        to: 0,
+        slice: { content: [{ type: 'list_item', content: [{ type: 'paragraph' }] }] },
+      },
+    ];
+    for (const step of cases) {
+      const outcome = authority.receive(0, [step], 'a');
+      assert.equal(!outcome.ok && outcome.code, 'invalid-step', JSON.stringify(step));
+    }
+    // Applies cleanly but leaves an attribute no editor could set: only check() sees it.
+    const heading = schema.node('doc', null, [schema.node('heading', { level: 1 })]);
+    const headed = new Authority(heading, 0, limits);
+    const attr = new AttrStep(0, 'level', 9).toJSON();
+    const outcome = headed.receive(0, [attr], 'a');
+    assert.equal(!outcome.ok && outcome.code, 'invalid-step');
+    assert.equal(headed.doc.firstChild!.attrs['level'], 1);
+    assert.equal(authority.version, 0);
+  });
+
+  it('refuses batches and documents over the limits with too-large', () => {
+    const small = new Authority(emptyDoc(), 0, { ...limits, maxStepsPerBatch: 2, maxDocSize: 20 });
+    const tooMany = small.receive(0, [insertStep(), insertStep(), insertStep()], 'a');
+    assert.equal(!tooMany.ok && tooMany.code, 'too-large');
+    const tooBig = small.receive(0, [insertStep(emptyDoc(), 'x'.repeat(40))], 'a');
+    assert.equal(!tooBig.ok && tooBig.code, 'too-large');
+    assert.equal(small.version, 0);
+  });
+
+  it('keeps a bounded history and answers catch-up within it', () => {
+    const authority = new Authority(emptyDoc(), 0, { ...limits, maxHistorySteps: 10 });
+    for (let i = 0; i < 40; i++) {
+      const outcome = authority.receive(i, [insertStep(authority.doc, 'x')], `c${i % 3}`);
+      assert.equal(outcome.ok, true);
+    }
+    assert.equal(authority.version, 40);
+    assert.equal(authority.stepsSince(0), null, 'old history is forgotten');
+    const recent = authority.stepsSince(30);
+    assert.ok(recent);
+    assert.equal(recent.steps.length, 10);
+    assert.deepEqual(recent.clientIDs.slice(0, 3), ['c0', 'c1', 'c2']);
+    assert.equal(authority.stepsSince(40)?.steps.length, 0);
+    assert.equal(authority.stepsSince(41), null, 'a version ahead is not answered');
+    assert.equal(authority.stepsSince(35, 38)?.steps.length, 3, 'answers up to a given version');
+  });
+
+  it('rewinds to an earlier version, forgetting what came after', () => {
+    const authority = new Authority(emptyDoc(), 0, limits);
+    authority.receive(0, [insertStep()], 'a');
+    const doc1 = authority.doc;
+    authority.receive(1, [insertStep(authority.doc, ' world', 6)], 'b');
+    authority.rewind(1, doc1);
+    assert.equal(authority.version, 1);
+    assert.equal(authority.doc.textContent, 'hello');
+    assert.equal(authority.stepsSince(0)?.steps.length, 1);
+    assert.equal(authority.receive(1, [insertStep(doc1, '!', 6)], 'c').ok, true);
+  });
+
+  // The in-memory multi-client harness: editors talk to the authority through channels that
+  // delay messages by random amounts (in order per channel, as a socket does), like
+  // prosemirror-collab's own tests.
+  for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
+    it(`converges with 4 editors and random delivery delays (seed ${seed})`, () => {
+      const random = new Random(seed);
+      const authority = new Authority(emptyDoc(), 0, limits);
+      const editors = Array.from({ length: 4 }, (_, i) => ({
+        id: `e${i}`,
+        state: EditorState.create({
+          doc: emptyDoc(),
+          plugins: [collab({ version: 0, clientID: `e${i}` })],
+        }),
+        inbox: [] as { at: number; version: number; steps: StepJSON[]; clientIDs: string[] }[],
+        inFlight: false,
+      }));
+      const deliver = (at: number) => {
+        for (const editor of editors) {
+          while (editor.inbox.length > 0 && editor.inbox[0]!.at <= at) {
+            const message = editor.inbox.shift()!;
+            const current = getVersion(editor.state);
+            const base = message.version - message.steps.length;
+            if (message.version <= current) continue;
+            const skip = current - base;
+            let i = skip;
+            while (i < message.steps.length) {
+              let end = i + 1;
+              while (end < message.steps.length && message.clientIDs[end] === message.clientIDs[i])
+                end++;
+              const steps = message.steps.slice(i, end).map((json) => Step.fromJSON(schema, json));
+              editor.state = editor.state.apply(
+                receiveTransaction(editor.state, steps, message.clientIDs.slice(i, end)),
+              );
+              i = end;
+            }
+          }
+        }
+      };
+      for (let tick = 0; tick < 400; tick++) {
+        deliver(tick);
+        const editor = random.pick(editors);
+        if (tick < 300 && random.chance(0.6)) {
+          const tr = randomEdit(editor.state, random);
+          if (tr) editor.state = editor.state.apply(tr);
+        }
+        const sendable = sendableSteps(editor.state);
+        if (sendable && random.chance(0.5)) {
+          const steps = sendable.steps.map((s) => s.toJSON() as StepJSON);
+          const outcome = authority.receive(sendable.version, steps, editor.id);
+          if (outcome.ok) {
+            for (const other of editors) {
+              other.inbox.push({
+                at: tick + random.int(0, 5),
+                version: outcome.version,
+                steps: outcome.steps,
+                clientIDs: steps.map(() => editor.id),
+              });
+              // Keep each channel in order, as a socket would.
+              other.inbox.sort((a, b) => a.version - b.version);
+            }
+          } else {
+            assert.equal(outcome.code, 'stale', `seed ${seed}: ${outcome.message}`);
+          }
+        }
+      }
+      // Drain: everyone catches up and sends what is left.
+      for (let round = 0; round < 100; round++) {
+        deliver(Infinity);
+        let sent = false;
+        for (const editor of editors) {
+          const sendable = sendableSteps(editor.state);
+          if (!sendable) continue;
+          const steps = sendable.steps.map((s) => s.toJSON() as StepJSON);
+          const outcome = authority.receive(sendable.version, steps, editor.id);
+          if (outcome.ok) {
+            sent = true;
+            for (const other of editors) {
+              other.inbox.push({
+                at: 0,
+                version: outcome.version,
+                steps: outcome.steps,
+                clientIDs: steps.map(() => editor.id),
+              });
+            }
+          }
+        }
+        if (!sent) break;
+      }
+      deliver(Infinity);
+      for (const editor of editors) {
+        assert.equal(
+          sendableSteps(editor.state),
+          null,
+          `seed ${seed}: ${editor.id} has unsent steps`,
+        );
+        assert.ok(editor.state.doc.eq(authority.doc), `seed ${seed}: ${editor.id} diverged`);
+      }
+      assert.ok(authority.version > 20, `seed ${seed}: too few edits went through`);
+    });
+  }
+});
