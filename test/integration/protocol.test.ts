@@ -1,0 +1,155 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { EditorState } from 'prosemirror-state';
+import { io, type Socket } from 'socket.io-client';
+import { emptyDoc, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { startServer, type TestServer } from '../support/server.js';
+
+function connect(url: string, doc: string, clientID: string): Socket {
+  return io(url, {
+    transports: ['websocket'],
+    reconnection: false,
+    forceNew: true,
+    query: { doc },
+    auth: { clientID },
+  });
+}
+
+function emit<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
+  return new Promise((resolve) => socket.emit(event, payload, resolve));
+}
+
+function typing(text: string, at: number, doc = emptyDoc()) {
+  return EditorState.create({ doc })
+    .tr.insertText(text, at)
+    .steps.map((step) => step.toJSON());
+}
+
+describe('protocol', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it('join answers the document, or the steps since a version, and pull answers the same', async () => {
+    const a = connect(server.url, 'joins', 'a');
+    const b = connect(server.url, 'joins', 'b');
+    try {
+      const first = await emit<SyncAnswer>(a, 'join', {});
+      assert.ok(first.ok && 'doc' in first);
+      assert.equal(first.version, 0);
+      assert.deepEqual(first.doc, emptyDoc().toJSON());
+      const epoch = first.epoch;
+      assert.deepEqual(await emit(a, 'steps', { version: 0, steps: typing('one', 1) }), {
+        ok: true,
+        version: 1,
+      });
+
+      const bySteps = await emit<SyncAnswer>(b, 'join', { version: 0, epoch });
+      assert.ok(bySteps.ok && 'steps' in bySteps);
+      assert.equal(bySteps.version, 1);
+      assert.deepEqual(bySteps.clientIDs, ['a']);
+      assert.equal(bySteps.steps.length, 1);
+
+      const otherEpoch = await emit<SyncAnswer>(b, 'pull', {
+        version: 0,
+        epoch: 'another-history',
+      });
+      assert.ok(otherEpoch.ok && 'doc' in otherEpoch, 'another epoch gets the whole document');
+      const ahead = await emit<SyncAnswer>(b, 'pull', { version: 50, epoch });
+      assert.ok(ahead.ok && 'doc' in ahead, 'a version beyond the history gets the whole document');
+      const pulled = await emit<SyncAnswer>(b, 'pull', { version: 0, epoch });
+      assert.deepEqual(pulled, bySteps);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  it('sends every accepted step to every socket, the sender first sees the broadcast, then the ack', async () => {
+    const a = connect(server.url, 'order', 'a');
+    const b = connect(server.url, 'order', 'b');
+    try {
+      await emit(a, 'join', {});
+      await emit(b, 'join', {});
+      const seenByA: string[] = [];
+      const seenByB: unknown[] = [];
+      a.on('steps', (message: { version: number }) => seenByA.push(`steps@${message.version}`));
+      b.on('steps', (message: unknown) => seenByB.push(message));
+      const answer = await emit<StepsAnswer>(a, 'steps', { version: 0, steps: typing('hi', 1) });
+      seenByA.push(`ack@${answer.ok ? answer.version : answer.code}`);
+      assert.deepEqual(seenByA, ['steps@1', 'ack@1']);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(seenByB.length, 1);
+      assert.deepEqual((seenByB[0] as { clientIDs: string[] }).clientIDs, ['a']);
+
+      const stale = await emit<StepsAnswer>(b, 'steps', { version: 0, steps: typing('x', 1) });
+      assert.equal(stale.ok, false);
+      assert.equal(!stale.ok && stale.code, 'stale');
+      assert.equal(!stale.ok && stale.version, 1, 'stale names the version to wait for');
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  it('batches arriving in one turn share one broadcast, in order, with no gap', async () => {
+    const sender = connect(server.url, 'group', 's');
+    const watcher = connect(server.url, 'group', 'w');
+    try {
+      await emit(sender, 'join', {});
+      await emit(watcher, 'join', {});
+      const versions: number[] = [];
+      let steps = 0;
+      watcher.on('steps', (message: { version: number; steps: unknown[] }) => {
+        versions.push(message.version);
+        steps += message.steps.length;
+      });
+      let doc = emptyDoc();
+      const answers: Promise<StepsAnswer>[] = [];
+      for (let i = 0; i < 20; i++) {
+        const state = EditorState.create({ doc });
+        const tr = state.tr.insertText('x', 1);
+        answers.push(
+          emit<StepsAnswer>(sender, 'steps', {
+            version: i,
+            steps: tr.steps.map((s) => s.toJSON()),
+          }),
+        );
+        doc = tr.doc;
+      }
+      const results = await Promise.all(answers);
+      assert.deepEqual(
+        results.map((r) => r.ok && r.version),
+        Array.from({ length: 20 }, (_, i) => i + 1),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(steps, 20);
+      assert.equal(versions[versions.length - 1], 20);
+      assert.ok(
+        versions.length < 20,
+        `20 batches sent at once were grouped (${versions.length} broadcasts)`,
+      );
+      for (let i = 1; i < versions.length; i++) assert.ok(versions[i]! > versions[i - 1]!);
+    } finally {
+      sender.close();
+      watcher.close();
+    }
+  });
+
+  it('serves /healthz and /docs/:id', async () => {
+    const health = await fetch(`${server.url}/healthz`);
+    assert.equal(health.status, 200);
+    const body = (await health.json()) as { ok: boolean; store: string };
+    assert.equal(body.ok, true);
+    assert.equal(body.store, 'memory');
+    const doc = await fetch(`${server.url}/docs/joins`);
+    assert.equal(doc.status, 200);
+    const served = (await doc.json()) as { version: number; doc: { type: string } };
+    assert.equal(served.version, 1);
+    assert.equal(served.doc.type, 'doc');
+  });
+});
