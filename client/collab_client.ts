@@ -68,6 +68,9 @@ export class CollabClient {
   epoch: string | null = null;
   status: CollabStatus = 'connecting';
   error: ErrorBody | null = null;
+  /// The version after this client's last acknowledged batch: everything up to it is durable
+  /// on the server (an editor can show it as "saved").
+  acknowledgedVersion = 0;
   /// How often this client reconnected, and how often the server answered `stale`.
   reconnects = 0;
   staleAnswers = 0;
@@ -306,6 +309,7 @@ export class CollabClient {
     this.inFlight = false;
     if (answer.ok) {
       this.retryDelayMs = 0;
+      if (answer.version > this.acknowledgedVersion) this.acknowledgedVersion = answer.version;
       this.trySend();
       return;
     }
