@@ -74,7 +74,7 @@ describe('Authority', () => {
       const outcome = authority.receive(0, [step], 'a');
       assert.equal(!outcome.ok && outcome.code, 'invalid-step', JSON.stringify(step));
     }
-    // Applies cleanly but leaves an attribute no editor could set: only check() sees it.
+    // An attribute no editor could set: the schema's validator refuses it.
     const heading = schema.node('doc', null, [schema.node('heading', { level: 1 })]);
     const headed = new Authority(heading, 0, limits);
     const attr = new AttrStep(0, 'level', 9).toJSON();
