@@ -50,6 +50,8 @@ export interface CollabClientOptions {
   /// Called when the document was replaced by the server's copy (another epoch, history gone,
   /// or local steps the server refused): `dropped` local steps could not be kept.
   onReload?: (info: { dropped: number; reason: string }) => void;
+  /// Called when the server acknowledges a batch: `steps` are durable and end at `version`.
+  onAcknowledged?: (version: number, steps: readonly StepJSON[]) => void;
 }
 
 /// The client side of the Scriptorium protocol on top of prosemirror-collab: joins the
@@ -74,11 +76,14 @@ export class CollabClient {
   /// How often this client reconnected, and how often the server answered `stale`.
   reconnects = 0;
   staleAnswers = 0;
+  /// Refusals of this client's batches, by code.
+  readonly refusals: Partial<Record<string, number>> = {};
 
   private readonly options: CollabClientOptions;
   private readonly plugins: readonly Plugin[];
   private joined = false;
   private inFlight = false;
+  private inFlightSteps: StepJSON[] = [];
   /// Bumped on every (re)connection so that answers meant for an earlier one are ignored.
   private generation = 0;
   private waitForVersion = 0;
@@ -298,6 +303,7 @@ export class CollabClient {
     const generation = this.generation;
     const steps: StepJSON[] = new Array(sendable.steps.length);
     for (let i = 0; i < steps.length; i++) steps[i] = sendable.steps[i]!.toJSON() as StepJSON;
+    this.inFlightSteps = steps;
     this.socket.emit('steps', { version: sendable.version, steps }, (answer) =>
       this.onStepsAnswer(answer, generation),
     );
@@ -310,9 +316,11 @@ export class CollabClient {
     if (answer.ok) {
       this.retryDelayMs = 0;
       if (answer.version > this.acknowledgedVersion) this.acknowledgedVersion = answer.version;
+      this.options.onAcknowledged?.(answer.version, this.inFlightSteps);
       this.trySend();
       return;
     }
+    this.refusals[answer.code] = (this.refusals[answer.code] ?? 0) + 1;
     switch (answer.code) {
       case 'stale':
         // The broadcast that made us stale is on its way (or already here): wait for it,

@@ -1,0 +1,80 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { delay } from './wait.js';
+
+const mainPath = fileURLToPath(new URL('../../server/main.js', import.meta.url));
+
+/// A server running as a child process (`node dist/server/main.js`), for tests that kill it,
+/// restart it or run two of them.
+export interface ServerProcess {
+  readonly url: string;
+  readonly port: number;
+  readonly child: ChildProcess;
+  /// Everything the process wrote to stdout and stderr so far.
+  output(): string;
+  /// Resolves with the exit code (or the signal's name) once the process has exited.
+  exited: Promise<number | string>;
+  /// Sends `signal` and waits for the exit.
+  stop(signal?: NodeJS.Signals): Promise<number | string>;
+}
+
+/// A TCP port that was free a moment ago.
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+/// Starts the server with `env` on `port` (a free one by default) and waits until `/healthz`
+/// answers. Rejects with the process's output if it exits or does not answer in time.
+export async function startServerProcess(
+  env: Record<string, string>,
+  port?: number,
+): Promise<ServerProcess> {
+  const chosen = port ?? (await freePort());
+  const child = spawn(process.execPath, [mainPath], {
+    env: { ...process.env, HOST: '127.0.0.1', PORT: String(chosen), LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | string>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
+  );
+  let gone = false;
+  void exited.then(() => (gone = true));
+  const url = `http://127.0.0.1:${chosen}`;
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (gone) throw new Error(`server exited during start:\n${output}`);
+    try {
+      const response = await fetch(`${url}/healthz`);
+      if (response.ok) break;
+    } catch {
+      // Not listening yet.
+    }
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`server did not answer /healthz in time:\n${output}`);
+    }
+    await delay(50);
+  }
+  return {
+    url,
+    port: chosen,
+    child,
+    output: () => output,
+    exited,
+    stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (!gone) child.kill(signal);
+      return exited;
+    },
+  };
+}
