@@ -3,3 +3,5 @@ export { type TopDocument } from './document_activity.js';
 export { LatencyHistogram } from './histogram.js';
 export { MetricsRecorder, type MetricsHooks, type WindowListener } from './recorder.js';
 export { type MetricsWindow } from './window.js';
+export { createMetricsRegistry, type MetricsRegistryOptions } from './prometheus.js';
+export type { Registry } from 'prom-client';
