@@ -21,7 +21,9 @@ const helpLine = new RegExp(`^# HELP (${metricName}) (.*)$`);
 const typeLine = new RegExp(`^# TYPE (${metricName}) (counter|gauge|histogram|summary|untyped)$`);
 const sampleLine = new RegExp(`^(${metricName})(\\{[^}]*\\})? (\\S+)( -?[0-9]+)?$`);
 const labelPair = /^([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(,|$)/;
-const floatValue = /^(?:[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?Inf|NaN)$/;
+// Values are Go ParseFloat syntax, which reads Inf and NaN in any case (prom-client writes Nan).
+const floatValue =
+  /^(?:[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?|[+-]?inf(?:inity)?|nan)$/i;
 
 /// Parses `text` into families keyed by name. Throws an Error naming the line on any syntax
 /// error, a sample before its family's TYPE, a duplicate TYPE or HELP, a sample name that does
@@ -121,7 +123,9 @@ function parseLabels(text: string, where: string): Record<string, string> {
 }
 
 function parseValue(text: string): number {
-  if (text.endsWith('Inf')) return text.startsWith('-') ? -Infinity : Infinity;
+  const lower = text.toLowerCase();
+  if (lower === 'nan') return NaN;
+  if (lower.includes('inf')) return lower.startsWith('-') ? -Infinity : Infinity;
   return Number(text);
 }
 
