@@ -101,10 +101,17 @@ function clock(ms) {
 }
 
 function label(v) {
-  if (v === 0) return "0";
-  if (Math.abs(v) >= 100) return v.toFixed(0);
-  if (Math.abs(v) >= 1) return v.toFixed(1);
-  return v.toPrecision(2);
+  return Math.abs(v) >= 100 ? v.toFixed(0) : String(parseFloat(v.toPrecision(3)));
+}
+
+// Rounds the top of the y axis up to 1, 2, 2.5 or 5 times a power of ten, so the four
+// gridlines fall on readable values.
+function niceCeiling(v) {
+  if (!(v > 0)) return 1;
+  var power = Math.pow(10, Math.floor(Math.log10(v)));
+  var steps = [1, 2, 2.5, 5, 10];
+  for (var i = 0; i < steps.length; i++) if (steps[i] * power >= v) return steps[i] * power;
+  return 10 * power;
 }
 
 // Draws one line chart: x is each window's end time, y starts at 0; null values leave gaps.
@@ -121,7 +128,7 @@ function draw(chart, windows) {
   chart.series.forEach(function (s) {
     windows.forEach(function (w) { var v = w[s[1]]; if (v !== null && v > max) max = v; });
   });
-  max = max > 0 ? max * 1.1 : 1;
+  max = niceCeiling(max);
   var t0 = windows.length ? windows[0].endMs : 0;
   var t1 = windows.length ? windows[windows.length - 1].endMs : 1;
   if (t1 === t0) t0 = t1 - 10000;
