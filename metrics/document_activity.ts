@@ -99,8 +99,8 @@ export class DocumentTable {
     if (pooled !== undefined) return pooled;
     if (this.histogramsInUse >= this.histogramsMax) return null;
     this.histogramsInUse++;
-    // Two significant figures (1%) is plenty for a per-document p99 and takes ~20 KiB instead
-    // of ~140 KiB per histogram at three.
+    // Two significant figures (1%) is plenty for a per-document p99, and a histogram then takes
+    // ~25 KiB of resident memory instead of ~145 KiB at three (measured after reset).
     return new LatencyHistogram(this.highestLatencyMs, 2);
   }
 

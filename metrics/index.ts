@@ -4,4 +4,5 @@ export { LatencyHistogram } from './histogram.js';
 export { MetricsRecorder, type MetricsHooks, type WindowListener } from './recorder.js';
 export { type MetricsWindow } from './window.js';
 export { createMetricsRegistry, type MetricsRegistryOptions } from './prometheus.js';
+export { type Totals } from './totals.js';
 export type { Registry } from 'prom-client';

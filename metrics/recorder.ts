@@ -29,7 +29,10 @@ export type WindowListener = (window: MetricsWindow) => void;
 ///
 /// The per-message path (`record`) increments plain counters, finds the document's entry in a
 /// Map, and records into Node's native HDR histograms; reading and resetting them happens once
-/// per window in `tick()`.
+/// per window in `tick()`. The five native `RecordableHistogram.record` calls (total, three
+/// stages, the document's) are most of its cost: ~0.4–0.7 µs per message on a loaded 2-core
+/// machine, ~100 ns less with `documentHistogramsMax: 0`; disabled, it costs nothing
+/// measurable. See bench/metrics-record.ts.
 export class MetricsRecorder {
   /// The validated, frozen configuration.
   readonly config: Readonly<MetricsConfig>;
