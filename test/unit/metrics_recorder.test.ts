@@ -1,0 +1,266 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { MetricsRecorder, type MetricsWindow } from '../../metrics/index.js';
+
+/// A recorder on a fake clock: tests move `clock.ms` and call `tick()` instead of sleeping.
+function fakeClockRecorder(
+  startMs: number,
+  config: ConstructorParameters<typeof MetricsRecorder>[0] = {},
+): { recorder: MetricsRecorder; clock: { ms: number }; closed: MetricsWindow[] } {
+  const clock = { ms: startMs };
+  const recorder = new MetricsRecorder(config, { now: () => clock.ms });
+  const closed: MetricsWindow[] = [];
+  recorder.onWindow((window) => closed.push(window));
+  return { recorder, clock, closed };
+}
+
+/// Records one message whose stages take `applyMs`, `persistMs`, `sendMs` from time `at`.
+function message(
+  recorder: MetricsRecorder,
+  documentId: string,
+  outcome: string,
+  steps: number,
+  at = 100,
+  applyMs = 0.1,
+  persistMs = 0.5,
+  sendMs = 0.2,
+): void {
+  const applied = at + applyMs;
+  const persisted = outcome === 'accepted' ? applied + persistMs : NaN;
+  const sent = (outcome === 'accepted' ? persisted : applied) + sendMs;
+  recorder.record(documentId, outcome, steps, at, applied, persisted, sent);
+}
+
+function assertWithin1Percent(actual: number | null, expected: number): void {
+  assert.ok(
+    actual !== null && Math.abs(actual - expected) <= expected / 100,
+    `${actual} is not ${expected} ± 1%`,
+  );
+}
+
+const base = 1_700_000_000_000; // a multiple of 10 s
+
+test('a window closes exactly at the next 10 s boundary with the counts recorded in it', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base + 3_000);
+  for (let i = 0; i < 3; i++) message(recorder, 'alpha', 'accepted', 2);
+  message(recorder, 'beta', 'accepted', 5);
+  message(recorder, 'beta', 'stale', 1);
+  message(recorder, 'beta', 'stale', 4);
+  message(recorder, 'gamma', 'invalid-step', 1);
+
+  clock.ms = base + 9_999;
+  assert.equal(recorder.tick(), 0, 'no window ends before the boundary');
+  assert.deepEqual(recorder.windows(30), []);
+
+  clock.ms = base + 10_000;
+  assert.equal(recorder.tick(), 1);
+  assert.equal(closed.length, 1);
+  const window = closed[0];
+  assert.equal(window.startMs, base);
+  assert.equal(window.endMs, base + 10_000);
+  // The recorder was created 3 s into the window: rates are over the 7 s it saw.
+  assert.equal(window.coveredMs, 7_000);
+  assert.equal(window.batchesReceived, 7);
+  assert.equal(window.batchesAccepted, 4);
+  assert.equal(window.stepsReceived, 17);
+  assert.equal(window.stepsAccepted, 11);
+  assert.equal(window.batchesAcceptedPerSec, 0.571);
+  assert.equal(window.batchesReceivedPerSec, 1);
+  assert.equal(window.stepsAcceptedPerSec, 1.571);
+  assert.deepEqual(window.rejections, { stale: 2, 'invalid-step': 1 });
+  // Accepted messages take 0.8 ms, rejected ones 0.3 ms: 4 of 7 at 0.8.
+  assert.equal(window.latencyP50Ms, 0.8);
+  assert.equal(window.latencyP99Ms, 0.8);
+  assert.equal(window.latencyMaxMs, 0.8);
+  assert.equal(window.applyP99Ms, 0.1);
+  assert.equal(window.persistP99Ms, 0.5);
+  // Only accepted messages reach the broadcast stage (rejected ones pass NaN for persisted).
+  assert.equal(window.broadcastP99Ms, 0.2);
+  assert.deepEqual(
+    window.topDocuments.map((d) => [d.documentId, d.acceptedPerSec, d.receivedPerSec]),
+    [
+      ['alpha', 0.429, 0.429],
+      ['beta', 0.143, 0.429],
+      ['gamma', 0, 0.143],
+    ],
+  );
+  // Per-document histograms keep two significant figures: within 1%.
+  assertWithin1Percent(window.topDocuments[0].p99Ms, 0.8);
+  assert.equal(window.topDocuments[0].stepsPerSec, 0.857);
+  assert.equal(typeof window.heapUsedBytes, 'number');
+  assert.ok(window.rssBytes >= window.heapUsedBytes);
+
+  // The next window starts empty and covers the full 10 s.
+  message(recorder, 'alpha', 'accepted', 1);
+  clock.ms = base + 20_000;
+  assert.equal(recorder.tick(), 1);
+  const second = closed[1];
+  assert.equal(second.startMs, base + 10_000);
+  assert.equal(second.coveredMs, 10_000);
+  assert.equal(second.batchesReceived, 1);
+  assert.equal(second.batchesAcceptedPerSec, 0.1);
+  assert.deepEqual(second.rejections, {});
+  assert.deepEqual(
+    second.topDocuments.map((d) => d.documentId),
+    ['alpha'],
+    'documents idle for a window are dropped from the table',
+  );
+  assert.deepEqual(recorder.windows(30), closed);
+  assert.equal(recorder.windows(30)[1], second, 'windows() returns the objects listeners got');
+  assert.ok(Object.isFrozen(second));
+});
+
+test('a late tick closes every elapsed window, empty ones included, in order', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base);
+  message(recorder, 'alpha', 'accepted', 1);
+  clock.ms = base + 35_000;
+  assert.equal(recorder.tick(), 3);
+  assert.deepEqual(
+    closed.map((w) => [w.startMs - base, w.batchesReceived, w.latencyP99Ms]),
+    [
+      [0, 1, 0.8],
+      [10_000, 0, null],
+      [20_000, 0, null],
+    ],
+  );
+  assert.equal(recorder.tick(), 0, 'the window open at 35 s is not over');
+});
+
+test('only the last windowsKept windows are kept, and windows(last) returns the newest', () => {
+  const { recorder, clock } = fakeClockRecorder(base, { windowsKept: 5 });
+  for (let i = 1; i <= 8; i++) {
+    for (let j = 0; j < i; j++) message(recorder, 'alpha', 'accepted', 1);
+    clock.ms = base + i * 10_000;
+    recorder.tick();
+  }
+  assert.deepEqual(
+    recorder.windows(360).map((w) => w.batchesReceived),
+    [4, 5, 6, 7, 8],
+  );
+  assert.deepEqual(
+    recorder.windows(2).map((w) => w.batchesReceived),
+    [7, 8],
+  );
+  assert.deepEqual(recorder.windows(0), []);
+});
+
+test('after a long stall only windowsKept empty windows are produced', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base, { windowsKept: 4 });
+  message(recorder, 'alpha', 'accepted', 1);
+  clock.ms = base + 3_600_000 + 5_000;
+  const count = recorder.tick();
+  assert.equal(closed[0].batchesReceived, 1);
+  assert.equal(count, 1 + 4);
+  assert.deepEqual(
+    recorder.windows(10).map((w) => w.endMs - base),
+    [3_570_000, 3_580_000, 3_590_000, 3_600_000],
+  );
+});
+
+test('top documents are the busiest by accepted batches, limited to topDocuments', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base, { topDocuments: 3 });
+  // doc-k gets k accepted batches; doc-0 gets only rejections.
+  for (let k = 0; k < 6; k++) {
+    for (let j = 0; j < k; j++) message(recorder, `doc-${k}`, 'accepted', 1);
+  }
+  message(recorder, 'doc-0', 'stale', 1);
+  clock.ms = base + 10_000;
+  recorder.tick();
+  assert.deepEqual(
+    closed[0].topDocuments.map((d) => [d.documentId, d.acceptedPerSec]),
+    [
+      ['doc-5', 0.5],
+      ['doc-4', 0.4],
+      ['doc-3', 0.3],
+    ],
+  );
+});
+
+test('documents beyond documentHistogramsMax are counted but report no p99', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base, { documentHistogramsMax: 1 });
+  message(recorder, 'first', 'accepted', 1);
+  message(recorder, 'second', 'accepted', 1);
+  message(recorder, 'second', 'accepted', 1);
+  clock.ms = base + 10_000;
+  recorder.tick();
+  assert.deepEqual(
+    closed[0].topDocuments.map((d) => [d.documentId, d.acceptedPerSec, d.p99Ms === null]),
+    [
+      ['second', 0.2, true],
+      ['first', 0.1, false],
+    ],
+  );
+  assertWithin1Percent(closed[0].topDocuments[1].p99Ms, 0.8);
+});
+
+test('gauges come from the hooks when given, else from the setters', () => {
+  let editors = 7;
+  const clock = { ms: base };
+  const hooked = new MetricsRecorder(
+    {},
+    { now: () => clock.ms, editors: () => editors, documents: () => 3 },
+  );
+  hooked.setEditors(100); // ignored: the hook wins
+  const set = new MetricsRecorder({}, { now: () => clock.ms });
+  set.setEditors(12);
+  set.setDocuments(4);
+  editors = 9;
+  clock.ms = base + 10_000;
+  hooked.tick();
+  set.tick();
+  assert.deepEqual([hooked.windows(1)[0].editors, hooked.windows(1)[0].documents], [9, 3]);
+  assert.deepEqual([set.windows(1)[0].editors, set.windows(1)[0].documents], [12, 4]);
+});
+
+test('METRICS=off: record, tick and start do nothing', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base, { enabled: false });
+  message(recorder, 'alpha', 'accepted', 1);
+  recorder.start(); // must not create a timer: the test process would not care, but stop() does
+  clock.ms = base + 30_000;
+  assert.equal(recorder.tick(), 0);
+  assert.equal(recorder.totals.batchesReceived, 0);
+  assert.deepEqual(closed, []);
+  recorder.stop();
+});
+
+test('a throwing listener does not stop other listeners, and tick rethrows its error', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base);
+  const failure = new Error('listener bug');
+  const unsubscribe = recorder.onWindow(() => {
+    throw failure;
+  });
+  const after: number[] = [];
+  recorder.onWindow((w) => after.push(w.startMs));
+  clock.ms = base + 10_000;
+  assert.throws(() => recorder.tick(), failure);
+  assert.equal(closed.length, 1);
+  assert.deepEqual(after, [base]);
+  assert.equal(recorder.windows(1).length, 1);
+  unsubscribe();
+  clock.ms = base + 20_000;
+  assert.equal(recorder.tick(), 1);
+});
+
+test('start() closes windows on the real clock and stop() removes the timers', async () => {
+  // A 1 s window keeps this test short; the timer logic does not depend on the length.
+  const recorder = new MetricsRecorder({ windowMs: 1_000 });
+  const closedWindow = new Promise<MetricsWindow>((resolve) => recorder.onWindow(resolve));
+  // The recorder's timers are unref'd, so something else must keep the test's loop alive.
+  const keepAlive = setTimeout(() => {}, 5_000);
+  recorder.start();
+  recorder.record('alpha', 'accepted', 1, 0, 0.1, 0.2, 0.3);
+  const window = await closedWindow;
+  recorder.stop();
+  clearTimeout(keepAlive);
+  assert.equal(window.endMs % 1_000, 0);
+  assert.equal(window.batchesReceived, 1);
+  assert.ok(Date.now() >= window.endMs);
+  assert.ok(window.eventLoopUtilization !== null && window.eventLoopUtilization >= 0);
+});
+
+test('out-of-range configuration is refused', () => {
+  assert.throws(() => new MetricsRecorder({ windowMs: 0 }), RangeError);
+  assert.throws(() => new MetricsRecorder({ windowsKept: 1.5 }), RangeError);
+  assert.throws(() => new MetricsRecorder({ latencyBucketsSeconds: [0.1, 0.01] }), RangeError);
+  assert.throws(() => new MetricsRecorder({ latencyBucketsSeconds: [] }), RangeError);
+});
