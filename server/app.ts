@@ -2,10 +2,12 @@ import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { Server } from 'socket.io';
+import { createMetricsRegistry, MetricsRecorder } from '../metrics/index.js';
 import type { Config } from './config.js';
 import { attachProtocol, type ScriptoriumServer } from './connection.js';
 import { createHttpApp } from './http.js';
-import type { BatchObserver, RoomTransport } from './room.js';
+import { metricsRouter } from './metrics_http.js';
+import type { RoomTransport } from './room.js';
 import { Rooms } from './rooms.js';
 import type { Store } from './store.js';
 
@@ -14,6 +16,7 @@ export interface Scriptorium {
   readonly http: HttpServer;
   readonly io: ScriptoriumServer;
   readonly rooms: Rooms;
+  readonly metrics: MetricsRecorder;
   /// Starts listening; resolves with the bound port (useful with port 0).
   listen(): Promise<number>;
   /// Graceful shutdown: refuses new connections, finishes in-flight batches, writes
@@ -23,12 +26,21 @@ export interface Scriptorium {
 }
 
 /// Builds the server from a validated configuration and its dependencies. Nothing listens
-/// until `listen()`.
+/// until `listen()`. `metrics` may be injected (tests with a fake clock); by default one is
+/// made from the configuration.
 export function createScriptorium(
   config: Readonly<Config>,
-  deps: { store: Store; log: Logger; observer?: BatchObserver | null },
+  deps: { store: Store; log: Logger; metrics?: MetricsRecorder },
 ): Scriptorium {
   const { store, log } = deps;
+  const metrics: MetricsRecorder =
+    deps.metrics ??
+    new MetricsRecorder(
+      { enabled: config.metricsEnabled },
+      { editors: (): number => io.engine.clientsCount, documents: (): number => rooms.size },
+    );
+  // The observer is left out entirely when metrics are off, so the hot path skips the call.
+  const observer = metrics.config.enabled ? metrics : null;
   let draining = false;
   const isDraining = () => draining;
 
@@ -42,10 +54,10 @@ export function createScriptorium(
       io.in(docId).disconnectSockets(true);
     },
   };
-  const rooms = new Rooms({
+  const rooms: Rooms = new Rooms({
     store,
     transport,
-    observer: deps.observer ?? null,
+    observer,
     log,
     options: config,
   });
@@ -55,6 +67,7 @@ export function createScriptorium(
     draining: isDraining,
     sockets: () => io.engine.clientsCount,
   });
+  app.use(metricsRouter(metrics, createMetricsRegistry(metrics)));
   const http = createServer(app);
   io = new Server(http, {
     maxHttpBufferSize: config.maxMessageBytes,
@@ -63,18 +76,29 @@ export function createScriptorium(
     httpCompression: false,
     cors: { origin: true },
   });
-  attachProtocol(io, rooms, log, isDraining);
+  attachProtocol(io, rooms, log, isDraining, observer);
+  // One line per window, in the units of /metrics/windows. A throwing logger must not break
+  // the window timer.
+  metrics.onWindow((window) => {
+    try {
+      log.info({ window }, 'metrics window');
+    } catch {
+      // Logging is best effort.
+    }
+  });
 
   let closing: Promise<boolean> | null = null;
   return {
     http,
     io,
     rooms,
+    metrics,
     listen() {
       return new Promise((resolve, reject) => {
         http.once('error', reject);
         http.listen(config.port, config.host, () => {
           http.off('error', reject);
+          metrics.start();
           resolve((http.address() as AddressInfo).port);
         });
       });
@@ -105,6 +129,7 @@ export function createScriptorium(
     });
     io.disconnectSockets(true);
     rooms.closeAll();
+    metrics.stop();
     await new Promise<void>((resolve) => io.close(() => resolve()));
     await store.close().catch((err: unknown) => log.warn({ err }, 'store close failed'));
     return ok;

@@ -5,13 +5,14 @@ import {
   docIdPattern,
   errorBody,
   type ClientToServerEvents,
+  type ErrorAnswer,
   type ErrorCode,
   type ServerToClientEvents,
   type StepsAnswer,
   type SyncAnswer,
   type SyncRequest,
 } from '../schema/index.js';
-import type { Room } from './room.js';
+import type { BatchObserver, Room } from './room.js';
 import type { Rooms } from './rooms.js';
 
 /// What the server keeps on each socket.
@@ -48,12 +49,14 @@ class HandshakeError extends Error {
 
 /// Wires the protocol onto `io`: the handshake check (document id from `query.doc`, client id
 /// from `auth.clientID`) and the `join`, `pull` and `steps` handlers. `draining` tells whether
-/// the server is shutting down (new connections are refused with `shutting-down`).
+/// the server is shutting down (new connections are refused with `shutting-down`). Refusals
+/// made here, before a batch reaches its room, are reported to `observer` like the others.
 export function attachProtocol(
   io: ScriptoriumServer,
   rooms: Rooms,
   log: Logger,
   draining: () => boolean,
+  observer: BatchObserver | null,
 ): void {
   io.use((socket, next) => {
     if (draining()) return next(new HandshakeError('shutting-down'));
@@ -116,33 +119,17 @@ export function attachProtocol(
       const ack = takeAck(socket, 'steps', args) as ((answer: StepsAnswer) => void) | null;
       if (!ack) return;
       const room = socket.data.room;
-      if (!room) return ack(refusal('bad-request', 'Send join before steps'));
-      if (draining()) return ack(refusal('shutting-down', undefined, room.publishedVersion));
-      if (socket.data.readOnly) {
-        return ack(refusal('forbidden', 'This connection is read-only', room.publishedVersion));
-      }
-      const request = args[0];
-      if (typeof request !== 'object' || request === null || Array.isArray(request)) {
-        return ack(refusal('bad-request', 'steps expects {version, steps}', room.publishedVersion));
-      }
-      const { version, steps } = request as Record<string, unknown>;
-      if (!isVersion(version)) {
-        return ack(
-          refusal('bad-request', 'version must be a whole number ≥ 0', room.publishedVersion),
-        );
-      }
-      if (!Array.isArray(steps) || steps.length === 0) {
-        return ack(
-          refusal('bad-request', 'steps must be a non-empty array', room.publishedVersion),
-        );
-      }
-      for (let i = 0; i < steps.length; i++) {
-        const step = steps[i];
-        if (typeof step !== 'object' || step === null || Array.isArray(step)) {
-          return ack(refusal('invalid-step', `Step ${i} is not an object`, room.publishedVersion));
+      const refused = checkSteps(socket.data, room, args[0], draining());
+      if (refused) {
+        ack(refused);
+        if (observer) {
+          const now = performance.now();
+          observer.record(socket.data.docId, refused.code, 0, received, now, NaN, now);
         }
+        return;
       }
-      room.receive(version, steps, socket.data.clientID, ack, received);
+      const { version, steps } = args[0] as { version: number; steps: unknown[] };
+      room!.receive(version, steps, socket.data.clientID, ack, received);
     });
 
     socket.onAny((event: string) => {
@@ -182,7 +169,40 @@ function takeAck(
   return null;
 }
 
-function refusal(code: ErrorCode, message?: string, version?: number) {
+/// Checks a `steps` message before it reaches the room: the socket must have joined and may
+/// write, and the payload must be `{version, steps}` with a non-empty array of objects. Returns
+/// the refusal, or null when the room should take it.
+function checkSteps(
+  data: SocketData,
+  room: Room | null,
+  request: unknown,
+  draining: boolean,
+): ErrorAnswer | null {
+  if (!room) return refusal('bad-request', 'Send join before steps');
+  const version = room.publishedVersion;
+  if (draining) return refusal('shutting-down', undefined, version);
+  if (data.readOnly) return refusal('forbidden', 'This connection is read-only', version);
+  if (typeof request !== 'object' || request === null || Array.isArray(request)) {
+    return refusal('bad-request', 'steps expects {version, steps}', version);
+  }
+  const fields = request as Record<string, unknown>;
+  if (!isVersion(fields['version'])) {
+    return refusal('bad-request', 'version must be a whole number ≥ 0', version);
+  }
+  const steps = fields['steps'];
+  if (!Array.isArray(steps) || steps.length === 0) {
+    return refusal('bad-request', 'steps must be a non-empty array', version);
+  }
+  for (let i = 0; i < steps.length; i++) {
+    const step = steps[i];
+    if (typeof step !== 'object' || step === null || Array.isArray(step)) {
+      return refusal('invalid-step', `Step ${i} is not an object`, version);
+    }
+  }
+  return null;
+}
+
+function refusal(code: ErrorCode, message?: string, version?: number): ErrorAnswer {
   const body = { ok: false as const, ...errorBody(code, message) };
   return version === undefined ? body : { ...body, version };
 }

@@ -1,5 +1,6 @@
 import { Router, type Request, type Response } from 'express';
 import type { MetricsRecorder, Registry } from '../metrics/index.js';
+import { sendError } from './http.js';
 
 /// Windows returned by `GET /metrics/windows` when `last` is not given: five minutes.
 const defaultWindows = 30;
@@ -29,10 +30,7 @@ export function metricsRouter(recorder: MetricsRecorder, registry: Registry): Ro
       // Digits only: Number('1e2'), Number(' 5') and Number('0x10') would all be accepted.
       last = typeof raw === 'string' && /^[0-9]{1,6}$/.test(raw) ? Number(raw) : NaN;
       if (!(last >= 1 && last <= max)) {
-        res.status(400).json({
-          code: 'bad-request',
-          message: `last must be an integer from 1 to ${max}`,
-        });
+        sendError(res, 'bad-request', `last must be an integer from 1 to ${max}`);
         return;
       }
     }

@@ -20,17 +20,18 @@ export interface RoomTransport {
   evict(docId: string, code: ErrorCode, message: string): void;
 }
 
-/// Receives the timings of every `steps` message (milliseconds from `performance.now()`):
-/// received, validated and applied, persisted, outcome sent. `code` is null when accepted.
+/// Receives the outcome and timings of every `steps` message: 'accepted' or an error code,
+/// and milliseconds from `performance.now()` when it was received, validated and applied,
+/// persisted (NaN when it never got that far) and answered. `MetricsRecorder` is one.
 export interface BatchObserver {
-  batch(
+  record(
     docId: string,
+    outcome: string,
+    steps: number,
     received: number,
     applied: number,
     persisted: number,
     sent: number,
-    steps: number,
-    code: string | null,
   ): void;
 }
 
@@ -304,14 +305,14 @@ export class Room {
       const batch = group[i]!;
       batch.ack({ ok: true, version: batch.version });
       if (this.observer) {
-        this.observer.batch(
+        this.observer.record(
           this.docId,
+          'accepted',
+          batch.steps.length,
           batch.received,
           batch.applied,
           persisted,
           performance.now(),
-          batch.steps.length,
-          null,
         );
       }
     }
@@ -392,7 +393,7 @@ export class Room {
     ack({ ok: false, ...errorBody(code, message), version });
     if (this.observer) {
       const now = performance.now();
-      this.observer.batch(this.docId, received, now, now, now, steps, code);
+      this.observer.record(this.docId, code, steps, received, now, NaN, now);
     }
   }
 

@@ -1,4 +1,5 @@
 import { pino } from 'pino';
+import type { MetricsRecorder } from '../../metrics/index.js';
 import { createScriptorium, type Scriptorium } from '../../server/app.js';
 import { loadConfig, type Config } from '../../server/config.js';
 import { MemoryStore } from '../../server/memory_store.js';
@@ -13,14 +14,16 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/// Starts a server with `store` (a fresh MemoryStore by default) and config `overrides`.
+/// Starts a server with `store` (a fresh MemoryStore by default), config `overrides` and,
+/// optionally, a metrics recorder of the test's own (with a fake clock).
 export async function startServer(
   overrides: Partial<Config> = {},
   store: Store = new MemoryStore(),
+  metrics?: MetricsRecorder,
 ): Promise<TestServer> {
   const config = loadConfig({ host: '127.0.0.1', port: 0, ...overrides });
   const log = pino({ level: process.env['TEST_LOG_LEVEL'] ?? 'silent' });
-  const server = createScriptorium(config, { store, log });
+  const server = createScriptorium(config, metrics ? { store, log, metrics } : { store, log });
   const port = await server.listen();
   return {
     server,

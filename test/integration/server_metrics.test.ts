@@ -1,0 +1,81 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { EditorState } from 'prosemirror-state';
+import { io, type Socket } from 'socket.io-client';
+import { MetricsRecorder } from '../../metrics/index.js';
+import { emptyDoc } from '../../schema/index.js';
+import { startServer, type TestServer } from '../support/server.js';
+
+function emit<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
+  return new Promise((resolve) => socket.emit(event, payload, resolve));
+}
+
+describe('the server records every steps message in its metrics', () => {
+  let server: TestServer;
+  let now = Date.UTC(2026, 0, 1, 12, 0, 0);
+  const metrics = new MetricsRecorder(
+    { enabled: true },
+    {
+      now: () => now,
+      editors: () => server.server.io.engine.clientsCount,
+      documents: () => server.server.rooms.size,
+    },
+  );
+  before(async () => {
+    server = await startServer({}, undefined, metrics);
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it('counts accepted batches, steps and refusals by code, and exposes them as windows and Prometheus', async () => {
+    const socket = io(server.url, {
+      transports: ['websocket'],
+      forceNew: true,
+      query: { doc: 'measured' },
+      auth: { clientID: 'm' },
+    });
+    try {
+      await emit(socket, 'join', {});
+      let doc = emptyDoc();
+      for (let version = 0; version < 5; version++) {
+        const tr = EditorState.create({ doc }).tr.insertText('ab', 1).insertText('c', 1);
+        doc = tr.doc;
+        const answer = await emit<{ ok: boolean }>(socket, 'steps', {
+          version: version * 2,
+          steps: tr.steps.map((step) => step.toJSON()),
+        });
+        assert.equal(answer.ok, true);
+      }
+      const stale = EditorState.create({ doc: emptyDoc() })
+        .tr.insertText('x', 1)
+        .steps[0]!.toJSON();
+      await emit(socket, 'steps', { version: 0, steps: [stale] });
+      await emit(socket, 'steps', { version: 'nope', steps: [] });
+
+      now += 10_000;
+      assert.equal(metrics.tick(), 1);
+      const response = await fetch(`${server.url}/metrics/windows?last=1`);
+      const { windows } = (await response.json()) as { windows: Record<string, unknown>[] };
+      const window = windows[0]!;
+      assert.equal(window['batchesReceived'], 7);
+      assert.equal(window['batchesAccepted'], 5);
+      assert.equal(window['stepsAccepted'], 10);
+      assert.deepEqual(window['rejections'], { stale: 1, 'bad-request': 1 });
+      assert.equal(window['editors'], 1);
+      assert.equal(window['documents'], 1);
+      const p50 = window['latencyP50Ms'] as number;
+      const p99 = window['latencyP99Ms'] as number;
+      assert.ok(p50 > 0 && p50 <= p99, `latency p50 ${p50} ≤ p99 ${p99}`);
+      assert.equal((window['topDocuments'] as { id?: string; documentId?: string }[]).length, 1);
+
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      assert.match(text, /^scriptorium_steps_batches_total\{outcome="accepted"\} 5$/m);
+      assert.match(text, /^scriptorium_steps_batches_total\{outcome="stale"\} 1$/m);
+      assert.match(text, /^scriptorium_steps_accepted_total 10$/m);
+      assert.match(text, /^scriptorium_steps_latency_seconds_count 7$/m);
+    } finally {
+      socket.close();
+    }
+  });
+});
