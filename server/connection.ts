@@ -11,6 +11,7 @@ import {
   type SyncAnswer,
   type SyncRequest,
 } from '../schema/index.js';
+import { attachPresence } from './presence.js';
 import type { Room } from './room.js';
 import type { Rooms } from './rooms.js';
 
@@ -28,7 +29,8 @@ export type ScriptoriumServer = Server<
   Record<string, never>,
   SocketData
 >;
-type ScriptoriumSocket = Socket<
+/// A socket of a `ScriptoriumServer`.
+export type ScriptoriumSocket = Socket<
   ClientToServerEvents,
   ServerToClientEvents,
   Record<string, never>,
@@ -75,6 +77,8 @@ export function attachProtocol(
   });
 
   io.on('connection', (socket: ScriptoriumSocket) => {
+    attachPresence(io, socket);
+
     socket.on('join', (...args: unknown[]) => {
       const ack = takeAck(socket, 'join', args);
       if (!ack) return;
@@ -146,7 +150,7 @@ export function attachProtocol(
     });
 
     socket.onAny((event: string) => {
-      if (event !== 'join' && event !== 'pull' && event !== 'steps') {
+      if (event !== 'join' && event !== 'pull' && event !== 'steps' && event !== 'presence') {
         socket.emit('protocol-error', {
           code: 'bad-request',
           message: `Unknown event "${event}"`,
