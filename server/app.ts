@@ -8,6 +8,7 @@ import { createHttpApp } from './http.js';
 import type { BatchObserver, RoomTransport } from './room.js';
 import { Rooms } from './rooms.js';
 import type { Store } from './store.js';
+import { createWebRouter } from './web.js';
 
 /// A running Scriptorium server: HTTP and Socket.io on one port.
 export interface Scriptorium {
@@ -55,6 +56,7 @@ export function createScriptorium(
     draining: isDraining,
     sockets: () => io.engine.clientsCount,
   });
+  app.use(createWebRouter());
   const http = createServer(app);
   io = new Server(http, {
     maxHttpBufferSize: config.maxMessageBytes,
