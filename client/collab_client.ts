@@ -31,7 +31,7 @@ export interface CollabClientOptions {
   /// Stable for one editor session; generated when omitted.
   clientID?: string;
   /// More plugins for the editor state (history, presence, keymaps). The collab plugin is
-  /// added by the client.
+  /// added by the client, before these.
   plugins?: readonly Plugin[];
   /// An observer: receives every step, never sends.
   readOnly?: boolean;
@@ -222,7 +222,9 @@ export class CollabClient {
     let state = EditorState.create({
       schema,
       doc,
-      plugins: [...this.plugins, collab({ version, clientID: this.clientID })],
+      // Collab first: plugins that read the collab version in their own state (presence) see
+      // it already updated for the transaction they apply.
+      plugins: [collab({ version, clientID: this.clientID }), ...this.plugins],
     });
     let dropped = 0;
     if (local) {

@@ -1,1 +1,2 @@
 export * from './collab_client.js';
+export * from './presence.js';

@@ -92,11 +92,42 @@ export interface ClosingNotice {
   retryAfterMs: number;
 }
 
-/// Events a client sends. Each takes an acknowledgement callback.
+/// Longest presence `name` the server relays, in UTF-16 code units.
+export const presenceNameMaxLength = 64;
+
+/// Presence colours: CSS hex colours `#rrggbb`, so that no client can inject other CSS.
+export const presenceColorPattern = /^#[0-9A-Fa-f]{6}$/;
+
+/// Where an editor's selection is, sent by the client after joining and whenever it moves.
+/// `anchor` and `head` are positions in the document at `version` (the sender maps its
+/// selection back through its unconfirmed steps first), so that receivers can map them forward
+/// through the steps they apply. Not acknowledged, not stored.
+export interface PresenceUpdate {
+  version: number;
+  anchor: number;
+  head: number;
+  /// 1–`presenceNameMaxLength` characters, shown next to the caret.
+  name: string;
+  /// Matches `presenceColorPattern`.
+  color: string;
+}
+
+/// A presence update relayed to the rest of a document's room, with the sender's client id.
+export interface PresenceBroadcast extends PresenceUpdate {
+  clientID: string;
+}
+
+/// Sent to a document's room when the last socket of a client id has left it.
+export interface PresenceLeave {
+  clientID: string;
+}
+
+/// Events a client sends. Each but `presence` takes an acknowledgement callback.
 export interface ClientToServerEvents {
   join: (request: SyncRequest, ack: (answer: SyncAnswer) => void) => void;
   pull: (request: SyncRequest, ack: (answer: SyncAnswer) => void) => void;
   steps: (request: StepsRequest, ack: (answer: StepsAnswer) => void) => void;
+  presence: (update: PresenceUpdate) => void;
 }
 
 /// Events the server sends.
@@ -106,4 +137,7 @@ export interface ServerToClientEvents {
   /// event sent without an acknowledgement callback).
   'protocol-error': (error: { code: ErrorCode; message: string; event: string }) => void;
   closing: (notice: ClosingNotice) => void;
+  /// Another editor's selection (see `PresenceUpdate`).
+  presence: (presence: PresenceBroadcast) => void;
+  'presence-leave': (leave: PresenceLeave) => void;
 }

@@ -10,6 +10,7 @@ import { metricsRouter } from './metrics_http.js';
 import type { RoomTransport } from './room.js';
 import { Rooms } from './rooms.js';
 import type { Store } from './store.js';
+import { createWebRouter } from './web.js';
 
 /// A running Scriptorium server: HTTP and Socket.io on one port.
 export interface Scriptorium {
@@ -68,6 +69,7 @@ export function createScriptorium(
     sockets: () => io.engine.clientsCount,
   });
   app.use(metricsRouter(metrics, createMetricsRegistry(metrics)));
+  app.use(createWebRouter());
   const http = createServer(app);
   io = new Server(http, {
     maxHttpBufferSize: config.maxMessageBytes,

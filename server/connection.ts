@@ -12,6 +12,7 @@ import {
   type SyncAnswer,
   type SyncRequest,
 } from '../schema/index.js';
+import { attachPresence } from './presence.js';
 import type { BatchObserver, Room } from './room.js';
 import type { Rooms } from './rooms.js';
 
@@ -29,7 +30,8 @@ export type ScriptoriumServer = Server<
   Record<string, never>,
   SocketData
 >;
-type ScriptoriumSocket = Socket<
+/// A socket of a `ScriptoriumServer`.
+export type ScriptoriumSocket = Socket<
   ClientToServerEvents,
   ServerToClientEvents,
   Record<string, never>,
@@ -78,6 +80,8 @@ export function attachProtocol(
   });
 
   io.on('connection', (socket: ScriptoriumSocket) => {
+    attachPresence(io, socket);
+
     socket.on('join', (...args: unknown[]) => {
       const ack = takeAck(socket, 'join', args);
       if (!ack) return;
@@ -133,7 +137,7 @@ export function attachProtocol(
     });
 
     socket.onAny((event: string) => {
-      if (event !== 'join' && event !== 'pull' && event !== 'steps') {
+      if (event !== 'join' && event !== 'pull' && event !== 'steps' && event !== 'presence') {
         socket.emit('protocol-error', {
           code: 'bad-request',
           message: `Unknown event "${event}"`,

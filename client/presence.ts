@@ -1,0 +1,353 @@
+import { getVersion, sendableSteps } from 'prosemirror-collab';
+import { Plugin, PluginKey, type EditorState, type Transaction } from 'prosemirror-state';
+import { Mapping, type StepMap } from 'prosemirror-transform';
+import { Decoration, DecorationSet } from 'prosemirror-view';
+import {
+  presenceColorPattern,
+  presenceNameMaxLength,
+  type PresenceBroadcast,
+} from '../schema/index.js';
+import type { CollabClient, CollabStatus } from './collab_client.js';
+
+/// Another editor's selection, in this editor's document positions.
+export interface RemoteCursor {
+  clientID: string;
+  name: string;
+  color: string;
+  anchor: number;
+  head: number;
+}
+
+/// What a presence transaction tells the plugin (as the meta of `presenceKey`).
+type PresenceAction =
+  | { type: 'update'; presences: readonly PresenceBroadcast[] }
+  | { type: 'leave'; clientID: string }
+  | { type: 'clear' };
+
+/// How many confirmed versions of step maps the plugin keeps to map a presence that was sent at
+/// an older version than ours. Older ones are clamped instead, and corrected by the sender's
+/// next update.
+const versionLogLength = 1000;
+
+/// The plugin's state. Replaced, never changed in place.
+class PresenceState {
+  constructor(
+    /// Cursors by client id, mapped through every transaction.
+    readonly cursors: ReadonlyMap<string, RemoteCursor>,
+    /// Presences sent at a version this editor has not reached yet: placed once it has.
+    /// (Fresh ones pass through here too, and are placed in the same transaction.)
+    readonly ahead: ReadonlyMap<string, PresenceBroadcast>,
+    /// `maps[i]` maps the document at version `logEnd - maps.length + i` to the next version.
+    readonly maps: readonly StepMap[],
+    readonly logEnd: number,
+    readonly decorations: DecorationSet,
+  ) {}
+}
+
+/// The key of the presence plugin's state and of its transactions' meta.
+export const presenceKey = new PluginKey<PresenceState>('scriptorium-presence');
+
+/// The remote cursors shown in `state`, in no particular order (empty without the plugin).
+export function remoteCursors(state: EditorState): RemoteCursor[] {
+  const plugin = presenceKey.getState(state);
+  return plugin ? [...plugin.cursors.values()] : [];
+}
+
+/// Options of a `Presence`.
+export interface PresenceOptions {
+  name: string;
+  color: string;
+  /// Shortest time between two presence messages sent; the server relays at most one per
+  /// 50 ms per socket anyway.
+  intervalMs?: number;
+}
+
+/// Shows other editors' cursors and selections and tells them where ours is.
+///
+/// `plugin` goes into the editor state (through `CollabClientOptions.plugins`): it keeps remote
+/// cursors in this editor's coordinates, maps them through every transaction, and draws them as
+/// decorations (a caret with a name label, a tinted selection). Wire the rest with `connect`
+/// (the socket events), `stateChanged` (from `onState`) and `statusChanged` (from `onStatus`).
+///
+/// Positions on the wire are positions in the document at the sent `version`: the sender maps
+/// its selection back through its unconfirmed steps, and a receiver maps them forward through
+/// the confirmed steps since that version (a log of step maps kept in the plugin) and then its
+/// own unconfirmed steps. A presence from a version the receiver has not reached waits until it
+/// has; one older than the log is clamped to the document.
+export class Presence {
+  readonly plugin: Plugin<PresenceState>;
+  name: string;
+  color: string;
+
+  private client: CollabClient | null = null;
+  private readonly intervalMs: number;
+  private joined = false;
+  private lastSentAt = 0;
+  private lastSent = '';
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  /// The last presence of every client we know, as received: re-placed after a reload, and
+  /// what tells a newcomer (whom we then greet with our own presence) from a known editor.
+  private readonly known = new Map<string, PresenceBroadcast>();
+
+  constructor(options: PresenceOptions) {
+    this.name = options.name;
+    this.color = options.color;
+    this.intervalMs = options.intervalMs ?? 50;
+    this.plugin = presencePlugin();
+  }
+
+  /// Listens for `presence` and `presence-leave` on the client's socket.
+  connect(client: CollabClient): void {
+    this.client = client;
+    client.socket.on('presence', (presence) => {
+      if (!isDisplayable(presence)) return;
+      const newcomer = !this.known.has(presence.clientID);
+      this.known.set(presence.clientID, presence);
+      this.apply({ type: 'update', presences: [presence] });
+      // A newcomer was told our presence as the server last relayed it, possibly at an old
+      // version it cannot map: send a fresh one.
+      if (newcomer) this.schedule(true);
+    });
+    client.socket.on('presence-leave', ({ clientID }) => {
+      this.known.delete(clientID);
+      this.apply({ type: 'leave', clientID });
+    });
+  }
+
+  /// Call with every state change (`CollabClientOptions.onState`): sends our presence when our
+  /// own selection moved, and re-places known cursors after a reload.
+  stateChanged(_state: EditorState, tr: Transaction | null): void {
+    if (tr === null) {
+      if (this.known.size > 0) this.apply({ type: 'update', presences: [...this.known.values()] });
+      this.schedule(true);
+      return;
+    }
+    // Remote steps carry `rebased`; our own presence bookkeeping carries our key. Neither is a
+    // move of our own selection (receivers map our cursor through remote steps themselves).
+    if (tr.getMeta('rebased') !== undefined || tr.getMeta(presenceKey) !== undefined) return;
+    if (tr.selectionSet || tr.docChanged) this.schedule(false);
+  }
+
+  /// Call with every status change (`CollabClientOptions.onStatus`): announces us after each
+  /// (re)join, and forgets the others while disconnected (their cursors would only go stale;
+  /// the server introduces them again after we rejoin).
+  statusChanged(status: CollabStatus): void {
+    const joined = status === 'synced' || status === 'sending';
+    if (joined && !this.joined) {
+      this.joined = true;
+      this.schedule(true);
+    } else if (!joined && this.joined) {
+      this.joined = false;
+      this.known.clear();
+      this.apply({ type: 'clear' });
+    }
+  }
+
+  /// Changes the name or colour shown to others, and tells them.
+  setIdentity(name: string, color: string): void {
+    this.name = name.slice(0, presenceNameMaxLength) || 'Anonymous';
+    if (presenceColorPattern.test(color)) this.color = color;
+    this.schedule(true);
+  }
+
+  /// Stops the pending send, if any.
+  close(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  private apply(action: PresenceAction): void {
+    const state = this.client?.state;
+    if (!this.client || !state) return;
+    this.client.dispatch(state.tr.setMeta(presenceKey, action));
+  }
+
+  /// Sends now, or at the end of the current throttle window. `force` sends even when nothing
+  /// changed since the last message (greeting a newcomer, rejoining).
+  private schedule(force: boolean): void {
+    if (force) this.lastSent = '';
+    if (this.timer !== null) return;
+    const wait = this.lastSentAt + this.intervalMs - Date.now();
+    if (wait <= 0) {
+      this.send();
+      return;
+    }
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.send();
+    }, wait);
+  }
+
+  private send(): void {
+    const state = this.client?.state;
+    if (!this.client || !state || !this.joined) return;
+    let { anchor, head } = state.selection;
+    const local = sendableSteps(state);
+    if (local) {
+      const back = new Mapping(local.steps.map((step) => step.getMap())).invert();
+      anchor = back.map(anchor, -1);
+      head = back.map(head, -1);
+    }
+    const update = { version: getVersion(state), anchor, head, name: this.name, color: this.color };
+    const key = JSON.stringify(update);
+    if (key === this.lastSent) return;
+    this.lastSent = key;
+    this.lastSentAt = Date.now();
+    this.client.socket.emit('presence', update);
+  }
+}
+
+/// The plugin behind `Presence.plugin`, usable on its own: feed it presences with transactions
+/// whose `presenceKey` meta is a `PresenceAction`.
+function presencePlugin(): Plugin<PresenceState> {
+  return new Plugin<PresenceState>({
+    key: presenceKey,
+    state: {
+      // The log starts at the first transaction that confirms steps (see `apply`).
+      init: () => new PresenceState(new Map(), new Map(), [], -1, DecorationSet.empty),
+      apply(tr, value, oldState, newState) {
+        const action = tr.getMeta(presenceKey) as PresenceAction | undefined;
+        const before = getVersion(oldState);
+        const after = getVersion(newState);
+        if (!action && !tr.docChanged && before === after) return value;
+
+        let maps = value.maps;
+        let logEnd = value.logEnd;
+        if (after > before) {
+          if (logEnd !== before) {
+            maps = [];
+            logEnd = before;
+          }
+          maps = maps.concat(confirmedMaps(tr, oldState, after - before));
+          if (maps.length > versionLogLength) maps = maps.slice(maps.length - versionLogLength);
+          logEnd = after;
+        }
+
+        const cursors = new Map(value.cursors);
+        const ahead = new Map(value.ahead);
+        if (tr.docChanged) {
+          for (const [id, cursor] of cursors) {
+            cursors.set(id, {
+              ...cursor,
+              anchor: tr.mapping.map(cursor.anchor, 1),
+              head: tr.mapping.map(cursor.head, 1),
+            });
+          }
+        }
+        if (action?.type === 'update') {
+          for (const presence of action.presences) {
+            cursors.delete(presence.clientID);
+            ahead.set(presence.clientID, presence);
+          }
+        } else if (action?.type === 'leave') {
+          cursors.delete(action.clientID);
+          ahead.delete(action.clientID);
+        } else if (action?.type === 'clear') {
+          cursors.clear();
+          ahead.clear();
+        }
+        for (const [id, presence] of ahead) {
+          if (presence.version > after) continue;
+          cursors.set(id, placeCursor(presence, newState, maps, logEnd));
+          ahead.delete(id);
+        }
+        return new PresenceState(cursors, ahead, maps, logEnd, decorate(newState, cursors));
+      },
+    },
+    props: {
+      decorations: (state) => presenceKey.getState(state)?.decorations ?? null,
+    },
+  });
+}
+
+/// The maps of the `count` steps a transaction confirmed, in the authority's order. Our own
+/// confirmed steps are the first unconfirmed ones of the old state (the transaction carries no
+/// step for them); remote steps follow the inverted unconfirmed steps in a transaction built by
+/// `receiveTransaction`, whose `rebased` meta says how many those are.
+function confirmedMaps(tr: Transaction, oldState: EditorState, count: number): StepMap[] {
+  const unconfirmed = sendableSteps(oldState)?.steps ?? [];
+  const rebased = tr.getMeta('rebased') as number | undefined;
+  const ours = rebased === undefined ? count : unconfirmed.length - rebased;
+  const result: StepMap[] = [];
+  for (let i = 0; i < ours && i < unconfirmed.length; i++) result.push(unconfirmed[i]!.getMap());
+  if (rebased !== undefined) {
+    const remote = tr.mapping.maps.slice(rebased, rebased + count - ours);
+    for (const map of remote) result.push(map);
+  }
+  return result;
+}
+
+/// Maps a presence's positions from its version to this editor's document.
+function placeCursor(
+  presence: PresenceBroadcast,
+  state: EditorState,
+  maps: readonly StepMap[],
+  logEnd: number,
+): RemoteCursor {
+  const mapping = new Mapping();
+  const logStart = logEnd - maps.length;
+  if (presence.version >= logStart && logEnd >= 0) {
+    for (let v = presence.version; v < logEnd; v++) mapping.appendMap(maps[v - logStart]!);
+  }
+  const local = sendableSteps(state);
+  if (local) for (const step of local.steps) mapping.appendMap(step.getMap());
+  const size = state.doc.content.size;
+  const clamp = (pos: number) => Math.max(0, Math.min(size, mapping.map(pos, 1)));
+  return {
+    clientID: presence.clientID,
+    name: presence.name,
+    color: presence.color,
+    anchor: clamp(presence.anchor),
+    head: clamp(presence.head),
+  };
+}
+
+function decorate(state: EditorState, cursors: ReadonlyMap<string, RemoteCursor>): DecorationSet {
+  if (cursors.size === 0) return DecorationSet.empty;
+  const decorations: Decoration[] = [];
+  for (const cursor of cursors.values()) {
+    const from = Math.min(cursor.anchor, cursor.head);
+    const to = Math.max(cursor.anchor, cursor.head);
+    if (from < to) {
+      decorations.push(
+        Decoration.inline(from, to, {
+          class: 'scriptorium-selection',
+          style: `background-color: ${cursor.color}33`,
+        }),
+      );
+    }
+    decorations.push(
+      Decoration.widget(cursor.head, () => caret(cursor), {
+        key: `${cursor.clientID}|${cursor.name}|${cursor.color}`,
+        side: 1,
+      }),
+    );
+  }
+  return DecorationSet.create(state.doc, decorations);
+}
+
+/// The caret of a remote cursor: a coloured bar with the editor's name above it.
+function caret(cursor: RemoteCursor): HTMLElement {
+  const bar = document.createElement('span');
+  bar.className = 'scriptorium-caret';
+  bar.dataset['clientId'] = cursor.clientID;
+  bar.style.borderColor = cursor.color;
+  const label = document.createElement('span');
+  label.className = 'scriptorium-caret-label';
+  label.style.backgroundColor = cursor.color;
+  label.textContent = cursor.name;
+  bar.append('\u2060', label);
+  return bar;
+}
+
+/// Whether a received presence can be drawn safely (its colour goes into a style attribute).
+function isDisplayable(presence: PresenceBroadcast): boolean {
+  return (
+    typeof presence.clientID === 'string' &&
+    typeof presence.name === 'string' &&
+    presenceColorPattern.test(presence.color) &&
+    Number.isInteger(presence.version) &&
+    Number.isInteger(presence.anchor) &&
+    Number.isInteger(presence.head)
+  );
+}

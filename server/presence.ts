@@ -1,0 +1,141 @@
+import {
+  presenceColorPattern,
+  presenceNameMaxLength,
+  type PresenceBroadcast,
+} from '../schema/index.js';
+import type { ScriptoriumServer, ScriptoriumSocket } from './connection.js';
+
+/// Shortest time between two presence relays of one socket: at most 20 a second.
+export const presenceIntervalMs = 50;
+
+/// Largest position or version a presence update may carry. Documents are bounded far below
+/// this (`maxDocSize`); the bound only keeps nonsense out of other clients.
+const maxPosition = 2 ** 31 - 1;
+
+/// The presence of one connected socket. Kept in memory while the socket is connected and
+/// never stored: a presence is only worth something while its editor is there.
+class SocketPresence {
+  /// The last update relayed to the room (what a newcomer is told).
+  sent: PresenceBroadcast | null = null;
+  /// An update that arrived inside the throttle window; replaced by each newer one.
+  waiting: PresenceBroadcast | null = null;
+  lastSentAt = 0;
+  timer: ReturnType<typeof setTimeout> | null = null;
+}
+
+const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
+
+/// Handles the `presence` event of one socket: validates it (a malformed one or one sent before
+/// `join` gets a `protocol-error` with code `bad-request`), relays it to the rest of the
+/// document's room as `{clientID, name, color, version, anchor, head}` at most once per
+/// `presenceIntervalMs` (extra updates are dropped, but the latest one is always delivered when
+/// the window ends), and emits `presence-leave` to the room when the socket disconnects.
+///
+/// A newcomer learns who is there without anyone being asked: the server keeps the last relayed
+/// presence of each connected socket in memory, and answers a socket's first presence with the
+/// presences of the others in its room. Those may be at older versions than the newcomer's;
+/// clients re-announce themselves when they see a client id for the first time, so the
+/// newcomer soon has positions at current versions.
+export function attachPresence(io: ScriptoriumServer, socket: ScriptoriumSocket): void {
+  socket.on('presence', (...args: unknown[]) => {
+    if (!socket.data.room) return protocolError(socket, 'Send join before presence');
+    const update = parsePresence(args[0]);
+    if (typeof update === 'string') return protocolError(socket, update);
+    const broadcast: PresenceBroadcast = { clientID: socket.data.clientID, ...update };
+    let presence = presences.get(socket);
+    if (!presence) {
+      presence = new SocketPresence();
+      presences.set(socket, presence);
+      introduce(io, socket);
+    }
+    const now = Date.now();
+    if (presence.timer === null && now - presence.lastSentAt >= presenceIntervalMs) {
+      relay(socket, presence, broadcast, now);
+      return;
+    }
+    presence.waiting = broadcast;
+    if (presence.timer === null) {
+      const state = presence;
+      state.timer = setTimeout(
+        () => {
+          state.timer = null;
+          if (state.waiting && socket.connected) relay(socket, state, state.waiting, Date.now());
+        },
+        presenceIntervalMs - (now - presence.lastSentAt),
+      );
+    }
+  });
+
+  socket.on('disconnect', () => {
+    const presence = presences.get(socket);
+    if (!presence) return;
+    presences.delete(socket);
+    if (presence.timer !== null) clearTimeout(presence.timer);
+    const docId = socket.data.docId;
+    const clientID = socket.data.clientID;
+    // A client that reconnected may have a new socket here before the server noticed the old
+    // one was gone (a dropped network is only detected by the ping timeout): its cursor must
+    // not vanish for everyone when the old socket finally leaves.
+    for (const other of roomSockets(io, docId)) {
+      if (other !== socket && other.data.clientID === clientID && presences.has(other)) return;
+    }
+    // The socket has already left its rooms by now, so this reaches only the others.
+    io.to(docId).emit('presence-leave', { clientID });
+  });
+}
+
+function relay(
+  socket: ScriptoriumSocket,
+  presence: SocketPresence,
+  broadcast: PresenceBroadcast,
+  now: number,
+): void {
+  presence.sent = broadcast;
+  presence.waiting = null;
+  presence.lastSentAt = now;
+  socket.to(socket.data.docId).emit('presence', broadcast);
+}
+
+/// Tells a socket that has just announced itself where everyone else in its room is.
+function introduce(io: ScriptoriumServer, socket: ScriptoriumSocket): void {
+  for (const other of roomSockets(io, socket.data.docId)) {
+    if (other === socket || other.data.clientID === socket.data.clientID) continue;
+    const sent = presences.get(other)?.sent;
+    if (sent) socket.emit('presence', sent);
+  }
+}
+
+function* roomSockets(io: ScriptoriumServer, docId: string): Generator<ScriptoriumSocket> {
+  const ids = io.sockets.adapter.rooms.get(docId);
+  if (!ids) return;
+  for (const id of ids) {
+    const socket = io.sockets.sockets.get(id);
+    if (socket) yield socket;
+  }
+}
+
+function protocolError(socket: ScriptoriumSocket, message: string): void {
+  socket.emit('protocol-error', { code: 'bad-request', message, event: 'presence' });
+}
+
+/// Narrows a `presence` payload; returns a reason string when it is malformed.
+function parsePresence(value: unknown): Omit<PresenceBroadcast, 'clientID'> | string {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return 'presence expects {version, anchor, head, name, color}';
+  }
+  const { version, anchor, head, name, color } = value as Record<string, unknown>;
+  if (!isPosition(version) || !isPosition(anchor) || !isPosition(head)) {
+    return `version, anchor and head must be whole numbers from 0 to ${maxPosition}`;
+  }
+  if (typeof name !== 'string' || name.length === 0 || name.length > presenceNameMaxLength) {
+    return `name must be a string of 1–${presenceNameMaxLength} characters`;
+  }
+  if (typeof color !== 'string' || !presenceColorPattern.test(color)) {
+    return 'color must be a hex colour #rrggbb';
+  }
+  return { version, anchor, head, name, color };
+}
+
+function isPosition(value: unknown): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= maxPosition;
+}

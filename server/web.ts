@@ -1,0 +1,78 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import express, { type Response, type Router } from 'express';
+import { docIdPattern, errors } from '../schema/index.js';
+
+/// Options of `createWebRouter`.
+export interface WebRouterOptions {
+  /// The folder `npm run build` writes the browser bundle to (`dist/web-bundle/`). By default,
+  /// found next to this file's compiled output.
+  bundleDir?: string;
+}
+
+const defaultBundleDir = fileURLToPath(new URL('../web-bundle/', import.meta.url));
+
+/// The browser editor's routes: `GET /` makes a new random document id and redirects (302) to
+/// `/d/<id>`; `GET /d/:id` serves the editor page, which opens that document (400 with an error
+/// page for an id that is not one); `/assets/…` serves the bundle. When the bundle has not been
+/// built, the pages answer 503 saying so rather than failing obscurely in the browser.
+export function createWebRouter(options: WebRouterOptions = {}): Router {
+  const bundleDir = options.bundleDir ?? defaultBundleDir;
+  const indexFile = `${bundleDir.replace(/\/$/, '')}/index.html`;
+  const router = express.Router();
+
+  router.get('/', (_req, res) => {
+    // 12 random bytes: unguessable enough that a document's address is its only key.
+    res.redirect(302, `/d/${randomBytes(12).toString('base64url')}`);
+  });
+
+  router.get('/d/:id', (req, res) => {
+    if (!docIdPattern.test(req.params.id)) {
+      return errorPage(res, 400, 'Not a document address', errors['bad-document-id'].message);
+    }
+    if (!existsSync(indexFile)) {
+      return errorPage(
+        res,
+        503,
+        'The editor is not built',
+        'Run `npm run build` on the server to bundle the web editor.',
+      );
+    }
+    // The page is the same for every document; the script reads the id from the address.
+    res.set('Cache-Control', 'no-cache');
+    res.sendFile(indexFile);
+  });
+
+  router.use(
+    '/assets',
+    express.static(bundleDir, {
+      index: false,
+      // Not content-hashed names: let browsers revalidate so a rebuilt bundle is picked up.
+      cacheControl: true,
+      maxAge: 0,
+    }),
+  );
+
+  return router;
+}
+
+function errorPage(res: Response, status: number, title: string, detail: string): void {
+  res
+    .status(status)
+    .type('html')
+    .send(
+      `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escape(title)}` +
+        ` · Scriptorium</title><style>body{font-family:system-ui,sans-serif;max-width:36em;` +
+        `margin:4em auto;padding:0 1em;color:#1d1d1f}</style></head><body>` +
+        `<h1>${escape(title)}</h1><p>${escape(detail)}</p>` +
+        `<p><a href="/">Start a new document</a></p></body></html>`,
+    );
+}
+
+function escape(text: string): string {
+  return text.replace(
+    /[&<>"']/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!,
+  );
+}

@@ -1,0 +1,344 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { after, before, describe, it } from 'node:test';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { startServer, type TestServer } from '../support/server.js';
+
+// The browser editor end to end: real Chromium pages on the bundle `npm run build` wrote,
+// against a real server. Chromium comes from Debian (`apt-get install chromium`); without it
+// these tests fail rather than skip, so that CI cannot pass without running them.
+const chromiumPath = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
+const bundle = new URL('../../web-bundle/index.html', import.meta.url);
+const artifacts = new URL('../../../test-artifacts/', import.meta.url);
+
+/// One editor page in its own browser context, so that it can go offline alone.
+interface EditorPage {
+  context: BrowserContext;
+  page: Page;
+  name: string;
+}
+
+/// Polls `condition` in Node until it holds; rejects naming `what` after `timeoutMs`.
+async function eventually(
+  condition: () => Promise<boolean>,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+describe('browser editor', () => {
+  let server: TestServer;
+  let browser: Browser;
+  const open: EditorPage[] = [];
+
+  before(async () => {
+    if (!existsSync(chromiumPath)) {
+      throw new Error(
+        `Chromium not found at ${chromiumPath}: install it (apt-get install -y chromium) ` +
+          'or set CHROMIUM_PATH. The browser tests do not skip without it.',
+      );
+    }
+    if (!existsSync(bundle)) {
+      throw new Error('The web bundle is missing: run `npm run build` before the tests.');
+    }
+    server = await startServer();
+    browser = await chromium.launch({
+      executablePath: chromiumPath,
+      headless: true,
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--disable-quic',
+        '--no-first-run',
+      ],
+    });
+  });
+
+  after(async () => {
+    for (const editor of open) await editor.context.close().catch(() => {});
+    await browser?.close();
+    await server?.close();
+  });
+
+  async function openEditor(docId: string, name: string, color: string): Promise<EditorPage> {
+    const context = await browser.newContext({ viewport: { width: 760, height: 520 } });
+    context.setDefaultTimeout(10_000);
+    await context.addInitScript(
+      (identity) => localStorage.setItem('scriptorium.identity', JSON.stringify(identity)),
+      { name, color },
+    );
+    const page = await context.newPage();
+    page.on('pageerror', (err) => {
+      throw new Error(`${name}'s page threw: ${err.message}`);
+    });
+    const response = await page.goto(`${server.url}/d/${docId}`);
+    assert.equal(response?.status(), 200);
+    await page.waitForSelector('.ProseMirror[contenteditable="true"]', { timeout: 10_000 });
+    await waitStatus(page, 'synced');
+    const editor = { context, page, name };
+    open.push(editor);
+    return editor;
+  }
+
+  function waitStatus(page: Page, state: string): Promise<unknown> {
+    return page.waitForFunction(
+      (wanted) => document.getElementById('status')?.dataset['state'] === wanted,
+      state,
+      { timeout: 10_000 },
+    );
+  }
+
+  /// The document a page shows, as JSON text.
+  function docOf(page: Page): Promise<string> {
+    return page.evaluate(() => JSON.stringify(window.__scriptorium!.client.state!.doc.toJSON()));
+  }
+
+  async function serverDoc(docId: string): Promise<string> {
+    const response = await fetch(`${server.url}/docs/${docId}`);
+    assert.equal(response.status, 200);
+    const body = (await response.json()) as { doc: unknown };
+    return JSON.stringify(body.doc);
+  }
+
+  /// Waits until every page is synced with nothing unsent and shows what the server stores;
+  /// returns that document.
+  async function converged(docId: string, editors: readonly EditorPage[]): Promise<string> {
+    let expected = '';
+    await eventually(async () => {
+      for (const { page } of editors) {
+        const settled = await page.evaluate(
+          () =>
+            window.__scriptorium!.client.status === 'synced' &&
+            !window.__scriptorium!.client.hasUnconfirmed,
+        );
+        if (!settled) return false;
+      }
+      expected = await serverDoc(docId);
+      for (const { page } of editors) if ((await docOf(page)) !== expected) return false;
+      return true;
+    }, 'the pages to converge on the server document');
+    return expected;
+  }
+
+  /// The text a page shows in each element matching `selector` inside the editor, without the
+  /// name labels of remote carets.
+  function shownText(page: Page, selector: string): Promise<string[]> {
+    return page.evaluate((selector) => {
+      const copy = document.querySelector('.ProseMirror')!.cloneNode(true) as HTMLElement;
+      for (const caret of Array.from(copy.querySelectorAll('.scriptorium-caret'))) caret.remove();
+      return Array.from(copy.querySelectorAll(selector), (element) => element.textContent ?? '');
+    }, selector);
+  }
+
+  function paragraphs(page: Page): Promise<string[]> {
+    return shownText(page, ':scope > p');
+  }
+
+  /// Puts the caret at the end of the `index`th top-level block.
+  async function caretAtEnd(page: Page, index: number): Promise<void> {
+    await page.locator('.ProseMirror > *').nth(index).click();
+    await page.keyboard.press('End');
+  }
+
+  async function writeTwoParagraphs(editor: EditorPage): Promise<void> {
+    await editor.page.locator('.ProseMirror').click();
+    await editor.page.keyboard.type('First line');
+    await editor.page.keyboard.press('Enter');
+    await editor.page.keyboard.type('Second line');
+  }
+
+  it('two pages typing at once, in different and in the same paragraph, converge', async () => {
+    const docId = 'browser-typing';
+    const ada = await openEditor(docId, 'Ada', '#d7263d');
+    const bob = await openEditor(docId, 'Bob', '#2e86ab');
+    await writeTwoParagraphs(ada);
+    await converged(docId, [ada, bob]);
+
+    await caretAtEnd(ada.page, 0);
+    await caretAtEnd(bob.page, 1);
+    await Promise.all([
+      ada.page.keyboard.type(' from Ada', { delay: 15 }),
+      bob.page.keyboard.type(' from Bob', { delay: 15 }),
+    ]);
+    await converged(docId, [ada, bob]);
+    assert.deepEqual(await paragraphs(bob.page), ['First line from Ada', 'Second line from Bob']);
+
+    await caretAtEnd(ada.page, 0);
+    await caretAtEnd(bob.page, 0);
+    await Promise.all([
+      ada.page.keyboard.type(' aaaa', { delay: 15 }),
+      bob.page.keyboard.type(' bbbb', { delay: 15 }),
+    ]);
+    const doc = await converged(docId, [ada, bob]);
+    const [first] = await paragraphs(ada.page);
+    assert.match(first!, /^First line from Ada/);
+    assert.equal(first!.length, 'First line from Ada'.length + 10, 'nobody lost a character');
+    assert.equal(
+      first!.replace(/[^a]/g, '').length,
+      4 + 1,
+      "all of Ada's a's (and the one in Ada)",
+    );
+    assert.equal(first!.replace(/[^b]/g, '').length, 4);
+    assert.equal(doc, await docOf(bob.page));
+  });
+
+  it("shows each editor's caret and selection to the other at the right place", async () => {
+    const docId = 'browser-presence';
+    const ada = await openEditor(docId, 'Ada', '#d7263d');
+    const bob = await openEditor(docId, 'Bob', '#2e86ab');
+    await writeTwoParagraphs(ada);
+    await converged(docId, [ada, bob]);
+    const adaID = await ada.page.evaluate(() => window.__scriptorium!.client.clientID);
+
+    await caretAtEnd(ada.page, 0);
+    const adaHead = await ada.page.evaluate(() => window.__scriptorium!.view!.state.selection.head);
+    const caret = bob.page.locator(`.scriptorium-caret[data-client-id="${adaID}"]`);
+    await eventually(
+      async () =>
+        (await caret.count()) === 1 &&
+        (await bob.page.evaluate((id) => {
+          const element = document.querySelector(`.scriptorium-caret[data-client-id="${id}"]`)!;
+          return window.__scriptorium!.view!.posAtDOM(element, 0);
+        }, adaID)) === adaHead,
+      "Ada's caret at the end of the first paragraph in Bob's page",
+    );
+    assert.equal(await caret.locator('.scriptorium-caret-label').textContent(), 'Ada');
+    // On screen too: right after the paragraph's last character.
+    const caretBox = (await caret.boundingBox())!;
+    const lineBox = (await bob.page.locator('.ProseMirror > p').first().boundingBox())!;
+    assert.ok(caretBox.y >= lineBox.y - 2 && caretBox.y < lineBox.y + lineBox.height);
+
+    // Bob's page lists Ada; Bob types before Ada's caret and it stays after "line".
+    await eventually(
+      async () => (await bob.page.locator('#people').textContent())!.includes('Ada'),
+      'Ada in the list of people on Bob’s page',
+    );
+    await caretAtEnd(bob.page, 0);
+    await bob.page.keyboard.press('Home');
+    await bob.page.keyboard.type('>> ');
+    await converged(docId, [ada, bob]);
+    await eventually(
+      async () =>
+        (await bob.page.evaluate((id) => {
+          const element = document.querySelector(`.scriptorium-caret[data-client-id="${id}"]`)!;
+          const view = window.__scriptorium!.view!;
+          return view.state.doc.textBetween(0, view.posAtDOM(element, 0));
+        }, adaID)) === '>> First line',
+      "Ada's caret mapped through Bob's typing",
+    );
+
+    // A selection shows as a tinted range with the selected text.
+    await ada.page.keyboard.down('Shift');
+    for (let i = 0; i < 4; i++) await ada.page.keyboard.press('ArrowLeft');
+    await ada.page.keyboard.up('Shift');
+    const highlight = bob.page.locator('.scriptorium-selection');
+    await eventually(
+      async () => (await highlight.allTextContents()).join('') === 'line',
+      "Ada's selection highlighted in Bob's page",
+    );
+    await caretAtEnd(bob.page, 1);
+    await ada.page.locator('#people').getByText('Bob').waitFor({ timeout: 5_000 });
+
+    // Evidence for people: both editors side by side, each showing the other's caret.
+    const [left, right] = await Promise.all([ada.page.screenshot(), bob.page.screenshot()]);
+    const sheet = await browser.newPage({ viewport: { width: 1540, height: 540 } });
+    await sheet.setContent(
+      '<body style="margin:0;display:flex;gap:20px;background:#888">' +
+        `<img src="data:image/png;base64,${left.toString('base64')}">` +
+        `<img src="data:image/png;base64,${right.toString('base64')}"></body>`,
+    );
+    await sheet.waitForFunction(() => Array.from(document.images).every((image) => image.complete));
+    await mkdir(artifacts, { recursive: true });
+    await writeFile(new URL('two-editors.png', artifacts), await sheet.screenshot());
+    await sheet.close();
+
+    // Leaving removes the caret.
+    await bob.context.close();
+    await eventually(
+      async () => (await ada.page.locator('.scriptorium-caret').count()) === 0,
+      "Bob's caret to disappear from Ada's page",
+    );
+  });
+
+  it('a page that goes offline keeps editing and both converge when it comes back', async () => {
+    const docId = 'browser-offline';
+    const ada = await openEditor(docId, 'Ada', '#d7263d');
+    const bob = await openEditor(docId, 'Bob', '#2e86ab');
+    await writeTwoParagraphs(ada);
+    await converged(docId, [ada, bob]);
+
+    // Offline emulation stops new connections but leaves an open WebSocket alone, so the test
+    // also drops the page's transport, as a network failure would.
+    await bob.context.setOffline(true);
+    await bob.page.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
+    await waitStatus(bob.page, 'offline');
+
+    await caretAtEnd(bob.page, 1);
+    await bob.page.keyboard.type(' offline', { delay: 10 });
+    await caretAtEnd(ada.page, 0);
+    await ada.page.keyboard.type(' online', { delay: 10 });
+    await eventually(
+      async () => /\d+ unsent changes?/.test((await bob.page.textContent('#status'))!),
+      'the status to count unsent changes',
+    );
+    assert.equal((await serverDoc(docId)).includes('offline'), false, 'nothing sent while offline');
+
+    await bob.context.setOffline(false);
+    await converged(docId, [ada, bob]);
+    assert.deepEqual(await paragraphs(ada.page), ['First line online', 'Second line offline']);
+  });
+
+  it('formatting from the menu reaches the other page, and undo only undoes your own steps', async () => {
+    const docId = 'browser-menu';
+    const ada = await openEditor(docId, 'Ada', '#d7263d');
+    const bob = await openEditor(docId, 'Bob', '#2e86ab');
+    await writeTwoParagraphs(ada);
+    await converged(docId, [ada, bob]);
+
+    await caretAtEnd(ada.page, 0);
+    await ada.page.keyboard.down('Shift');
+    for (let i = 0; i < 4; i++) await ada.page.keyboard.press('ArrowLeft');
+    await ada.page.keyboard.up('Shift');
+    await ada.page.locator('.ProseMirror-menubar [title^="Bold"]').click();
+    await converged(docId, [ada, bob]);
+    assert.deepEqual(await shownText(bob.page, 'strong'), ['line']);
+
+    await ada.page.locator('.ProseMirror-menubar [title^="Heading 2"]').click();
+    await converged(docId, [ada, bob]);
+    assert.deepEqual(await shownText(bob.page, ':scope > h2'), ['First line']);
+
+    // Bob types after Ada's changes; Ada undoing takes back her heading, never Bob's words.
+    await caretAtEnd(bob.page, 1);
+    await bob.page.keyboard.type(' by Bob');
+    await converged(docId, [ada, bob]);
+    await ada.page.locator('.ProseMirror-menubar [title^="Undo"]').click();
+    await converged(docId, [ada, bob]);
+    assert.equal(await bob.page.locator('.ProseMirror > h2').count(), 0);
+    assert.deepEqual(await paragraphs(bob.page), ['First line', 'Second line by Bob']);
+    assert.deepEqual(await shownText(bob.page, 'strong'), ['line']);
+  });
+
+  it('explains an address that is not a document, and a new document gets a fresh address', async () => {
+    const context = await browser.newContext();
+    try {
+      const page = await context.newPage();
+      const response = await page.goto(`${server.url}/d/${encodeURIComponent('no spaces!')}`);
+      assert.equal(response?.status(), 400);
+      assert.equal(await page.textContent('h1'), 'Not a document address');
+      await page.goto(`${server.url}/`);
+      assert.match(new URL(page.url()).pathname, /^\/d\/[A-Za-z0-9_-]{16}$/);
+      await waitStatus(page, 'synced');
+    } finally {
+      await context.close();
+    }
+  });
+});

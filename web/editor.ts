@@ -1,0 +1,130 @@
+import { sendableSteps } from 'prosemirror-collab';
+import { history } from 'prosemirror-history';
+import { EditorView } from 'prosemirror-view';
+import { CollabClient, Presence, remoteCursors } from '../client/index.js';
+import type { Identity } from './identity.js';
+import { inputRulesPlugin } from './input_rules.js';
+import { keymapPlugins } from './keymap.js';
+import { menuPlugin } from './menu.js';
+import { PeopleList } from './people_list.js';
+import { StatusBar } from './status_bar.js';
+
+/// Where the editor draws itself in the page.
+export interface EditorElements {
+  /// Receives the menu bar and the editable document once it has loaded.
+  editor: HTMLElement;
+  status: HTMLElement;
+  people: HTMLElement;
+  /// Shown with a message when the document cannot be opened or local changes were refused.
+  notice: HTMLElement;
+}
+
+/// A running browser editor: the collab client (which holds the state) and the view that shows
+/// it, null until the document has loaded.
+export interface Editor {
+  readonly client: CollabClient;
+  readonly presence: Presence;
+  readonly view: EditorView | null;
+  /// Changes the name and colour shown to the others.
+  setIdentity(identity: Identity): void;
+}
+
+/// Opens document `docId` on the server at `url` and shows it in `elements`.
+///
+/// The client owns the state: the view's `dispatchTransaction` hands every transaction to
+/// `client.dispatch`, and the view is redrawn from `onState`, for local and remote changes
+/// alike. Undo only undoes this editor's steps: remote steps arrive through prosemirror-collab's
+/// `receiveTransaction`, which marks them `addToHistory: false` and `rebased`, so
+/// prosemirror-history leaves them out and rebases its own items over them.
+export function openEditor(
+  url: string,
+  docId: string,
+  identity: Identity,
+  elements: EditorElements,
+): Editor {
+  const statusBar = new StatusBar(elements.status);
+  const people = new PeopleList(elements.people);
+  const presence = new Presence({ name: identity.name, color: identity.color });
+  let self = identity;
+  let view: EditorView | null = null;
+  let loaded = false;
+  let unreachable = false;
+
+  const client = new CollabClient({
+    url,
+    docId,
+    plugins: [presence.plugin, history(), inputRulesPlugin(), ...keymapPlugins(), menuPlugin()],
+    onState(state, tr) {
+      if (!view) {
+        view = new EditorView(elements.editor, {
+          state,
+          dispatchTransaction: (transaction) => client.dispatch(transaction),
+        });
+        loaded = true;
+      } else {
+        view.updateState(state);
+      }
+      presence.stateChanged(state, tr);
+      people.show(self, remoteCursors(state));
+      refresh();
+    },
+    onStatus(status) {
+      presence.statusChanged(status);
+      if (status === 'failed') showFailure();
+      refresh();
+    },
+    onReload({ dropped, reason }) {
+      if (dropped === 0) return;
+      const why = client.error ? `: ${client.error.message}` : '';
+      notice(
+        `${dropped === 1 ? '1 change' : `${dropped} changes`} could not be kept (${reason})${why}.`,
+      );
+    },
+  });
+  presence.connect(client);
+  client.socket.on('connect', () => {
+    unreachable = false;
+    refresh();
+  });
+  client.socket.on('connect_error', () => {
+    unreachable = true;
+    refresh();
+  });
+
+  function refresh(): void {
+    statusBar.show({
+      status: client.status,
+      error: client.error,
+      loaded,
+      unsent: client.state ? (sendableSteps(client.state)?.steps.length ?? 0) : 0,
+      unreachable,
+    });
+  }
+
+  function showFailure(): void {
+    const error = client.error;
+    const reason = error ? `${error.message} (${error.code})` : 'the server refused this editor';
+    if (!loaded) notice(`This document cannot be opened: ${reason}.`);
+    else notice(`This editor was disconnected for good: ${reason}. Reload the page to continue.`);
+    view?.setProps({ editable: () => false });
+  }
+
+  function notice(text: string): void {
+    elements.notice.textContent = text;
+    elements.notice.hidden = false;
+  }
+
+  refresh();
+  return {
+    client,
+    presence,
+    get view() {
+      return view;
+    },
+    setIdentity(identity) {
+      self = identity;
+      presence.setIdentity(identity.name, identity.color);
+      if (client.state) people.show(self, remoteCursors(client.state));
+    },
+  };
+}

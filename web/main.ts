@@ -1,0 +1,51 @@
+import { docIdPattern } from '../schema/index.js';
+import { openEditor, type Editor } from './editor.js';
+import { loadIdentity, saveIdentity } from './identity.js';
+
+declare global {
+  interface Window {
+    /// The running editor, for the browser tests and for poking at from the console.
+    __scriptorium?: Editor;
+  }
+}
+
+/// The page's entry point: opens the document named by the URL (`/d/<id>`) on the server that
+/// served the page. Sharing the URL is how people edit together.
+function main(): void {
+  const element = (id: string) => document.getElementById(id)!;
+  const notice = element('notice');
+  const match = /^\/d\/([^/]+)\/?$/.exec(location.pathname);
+  const docId = match ? decodeURIComponent(match[1]!) : '';
+  if (!docIdPattern.test(docId)) {
+    // The server answers such URLs with an error page itself; this covers a page saved or
+    // served from elsewhere.
+    notice.textContent = 'This address does not name a document.';
+    notice.hidden = false;
+    return;
+  }
+  document.title = `${docId} · Scriptorium`;
+
+  let identity = loadIdentity();
+  const editor = openEditor(location.origin, docId, identity, {
+    editor: element('editor'),
+    status: element('status'),
+    people: element('people'),
+    notice,
+  });
+  window.__scriptorium = editor;
+
+  const nameInput = element('name') as HTMLInputElement;
+  nameInput.value = identity.name;
+  nameInput.addEventListener('change', () => {
+    const name = nameInput.value.trim();
+    if (!name) {
+      nameInput.value = identity.name;
+      return;
+    }
+    identity = { ...identity, name };
+    saveIdentity(identity);
+    editor.setIdentity(identity);
+  });
+}
+
+main();
