@@ -1,0 +1,81 @@
+import type { DocJSON, StepJSON } from '../schema/index.js';
+import type { JournalEntry, Snapshot } from './store.js';
+
+// Shared by the durable stores: how a journal entry and a snapshot are read back from raw
+// JSON, and how a loaded journal is cut to start exactly where the snapshot ends.
+
+/// Narrows one journal entry read back from storage (already `JSON.parse`d). Returns the entry;
+/// throws a `TypeError` when the value is not shaped like one, which means the stored data is
+/// corrupt (or was written by something else), not that the store is unreachable.
+export function parseJournalEntry(raw: unknown): JournalEntry {
+  if (typeof raw !== 'object' || raw === null) throw new TypeError('journal entry: not an object');
+  const { baseVersion, steps, clientIDs } = raw as Record<string, unknown>;
+  if (!Number.isSafeInteger(baseVersion) || (baseVersion as number) < 0)
+    throw new TypeError('journal entry: bad baseVersion');
+  if (!Array.isArray(steps) || !Array.isArray(clientIDs) || steps.length !== clientIDs.length)
+    throw new TypeError('journal entry: steps and clientIDs must be arrays of one length');
+  for (let i = 0; i < steps.length; i++) {
+    const step: unknown = steps[i];
+    if (
+      typeof step !== 'object' ||
+      step === null ||
+      typeof (step as StepJSON).stepType !== 'string'
+    )
+      throw new TypeError('journal entry: bad step');
+    if (typeof clientIDs[i] !== 'string') throw new TypeError('journal entry: bad clientID');
+  }
+  return {
+    baseVersion: baseVersion as number,
+    steps: steps as StepJSON[],
+    clientIDs: clientIDs as string[],
+  };
+}
+
+/// Narrows a snapshot read back from storage (already `JSON.parse`d). Returns it; throws a
+/// `TypeError` when the value is not shaped like a snapshot.
+export function parseSnapshot(raw: unknown): Snapshot {
+  if (typeof raw !== 'object' || raw === null) throw new TypeError('snapshot: not an object');
+  const { doc, version, epoch, schemaVersion, savedAt } = raw as Record<string, unknown>;
+  if (typeof doc !== 'object' || doc === null || typeof (doc as DocJSON).type !== 'string')
+    throw new TypeError('snapshot: bad doc');
+  if (!Number.isSafeInteger(version) || (version as number) < 0)
+    throw new TypeError('snapshot: bad version');
+  if (typeof epoch !== 'string') throw new TypeError('snapshot: bad epoch');
+  if (!Number.isSafeInteger(schemaVersion)) throw new TypeError('snapshot: bad schemaVersion');
+  if (typeof savedAt !== 'number') throw new TypeError('snapshot: bad savedAt');
+  return {
+    doc: doc as DocJSON,
+    version: version as number,
+    epoch,
+    schemaVersion: schemaVersion as number,
+    savedAt,
+  };
+}
+
+/// The version a journal entry ends at.
+export function entryEnd(entry: JournalEntry): number {
+  return entry.baseVersion + entry.steps.length;
+}
+
+/// Returns the entries of `journal` (in order) that are not covered by a snapshot at
+/// `snapshotVersion`, the first one cut so that it starts exactly at `snapshotVersion`. A
+/// snapshot can end inside an entry (the stores only trim whole entries), and a caller of
+/// `load` should never have to skip steps it already has. Does not modify `journal`.
+export function entriesAfter(journal: JournalEntry[], snapshotVersion: number): JournalEntry[] {
+  const out: JournalEntry[] = [];
+  for (let i = 0; i < journal.length; i++) {
+    const entry = journal[i]!;
+    if (entryEnd(entry) <= snapshotVersion) continue;
+    if (entry.baseVersion >= snapshotVersion) {
+      out.push(entry);
+      continue;
+    }
+    const skip = snapshotVersion - entry.baseVersion;
+    out.push({
+      baseVersion: snapshotVersion,
+      steps: entry.steps.slice(skip),
+      clientIDs: entry.clientIDs.slice(skip),
+    });
+  }
+  return out;
+}

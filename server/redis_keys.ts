@@ -1,0 +1,22 @@
+import { docIdPattern } from '../schema/index.js';
+
+/// The Redis keys of one document. All three carry the document id as a `{hash tag}`, so they
+/// live in one Redis Cluster slot and one Lua script may touch them together.
+export interface DocKeys {
+  /// Hash: `version` (end of the journal), `epoch`, `snapshotVersion` (absent until a
+  /// snapshot is stored).
+  meta: string;
+  /// List of journal entries, oldest first, each encoded by `encodeJournalEntry`.
+  journal: string;
+  /// String: the newest snapshot as JSON.
+  snapshot: string;
+}
+
+/// The one place where Redis keys are built: `<prefix>{<docId>}:meta`, `:journal` and
+/// `:snapshot`. Returns the keys; throws a `TypeError` for a document id outside
+/// `docIdPattern` (such an id, with a `}` in it, would break the hash tag).
+export function docKeys(prefix: string, docId: string): DocKeys {
+  if (!docIdPattern.test(docId)) throw new TypeError(`invalid document id: ${docId}`);
+  const base = `${prefix}{${docId}}:`;
+  return { meta: base + 'meta', journal: base + 'journal', snapshot: base + 'snapshot' };
+}

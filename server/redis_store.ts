@@ -1,0 +1,317 @@
+import { createHash } from 'node:crypto';
+import { createClient, ErrorReply } from 'redis';
+import { docKeys } from './redis_keys.js';
+import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
+import {
+  StoreUnavailableError,
+  type AppendOutcome,
+  type AppendRequest,
+  type JournalEntry,
+  type Snapshot,
+  type SnapshotOutcome,
+  type Store,
+  type StoredDocument,
+} from './store.js';
+
+/// The few logger methods the Redis store uses; a pino logger fits.
+export interface RedisStoreLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+/// How to reach Redis and how long to wait for it.
+export interface RedisStoreOptions {
+  /// `redis://host:port[/db]`.
+  url: string;
+  /// A command (or the first connection) not answered within this many milliseconds is
+  /// rejected with `StoreUnavailableError`. Default 2000.
+  commandTimeoutMs?: number;
+  /// Prepended to every key (before the `{docId}` hash tag). Default `scriptorium:`.
+  keyPrefix?: string;
+  logger?: RedisStoreLogger;
+}
+
+/// The longest pause between two reconnection attempts. Short enough that a Redis restart costs
+/// seconds, not minutes; long enough not to hammer a Redis that is down.
+const maxReconnectDelayMs = 2000;
+
+// Journal entries are stored as "<endVersion>\n<entry JSON>", so that the snapshot script can
+// tell which entries a snapshot covers by reading a number at the front of each string instead
+// of decoding (with cjson, in Redis's single thread) whole entries full of steps. JSON.stringify
+// never emits a raw newline, so the first newline is always the separator.
+
+// KEYS: meta, journal. ARGV: epoch, baseVersion, endVersion, encoded entry.
+// Returns {1, version} when appended, {0, storedVersion, storedEpoch} on conflict ('' when the
+// document does not exist). Never returns a Lua false: RESP3 would turn it into a boolean.
+const appendScript = `
+local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch')
+local base = tonumber(ARGV[2])
+if not meta[1] then
+  if base ~= 0 then return {0, 0, ''} end
+elseif meta[2] ~= ARGV[1] or tonumber(meta[1]) ~= base then
+  return {0, tonumber(meta[1]), meta[2]}
+end
+redis.call('RPUSH', KEYS[2], ARGV[4])
+redis.call('HSET', KEYS[1], 'version', ARGV[3], 'epoch', ARGV[1])
+return {1, tonumber(ARGV[3])}
+`;
+
+// KEYS: meta, journal, snapshot. ARGV: epoch, snapshot version, snapshot JSON.
+// Returns 'ok', 'conflict' or 'outdated' (the meanings of `SnapshotOutcome`). Trims in chunks
+// with LRANGE + LTRIM rather than one LPOP per entry.
+const snapshotScript = `
+local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch', 'snapshotVersion')
+local sv = tonumber(ARGV[2])
+if not meta[1] then
+  if sv ~= 0 then return 'conflict' end
+  redis.call('HSET', KEYS[1], 'version', 0, 'epoch', ARGV[1])
+elseif meta[2] ~= ARGV[1] or tonumber(meta[1]) < sv then
+  return 'conflict'
+elseif meta[3] and tonumber(meta[3]) >= sv then
+  return 'outdated'
+end
+redis.call('SET', KEYS[3], ARGV[3])
+redis.call('HSET', KEYS[1], 'snapshotVersion', ARGV[2])
+while true do
+  local head = redis.call('LRANGE', KEYS[2], 0, 127)
+  local covered = 0
+  for i = 1, #head do
+    local nl = string.find(head[i], '\\n', 1, true)
+    if tonumber(string.sub(head[i], 1, nl - 1)) > sv then break end
+    covered = i
+  end
+  if covered == 0 then break end
+  redis.call('LTRIM', KEYS[2], covered, -1)
+  if covered < #head then break end
+end
+return 'ok'
+`;
+
+// KEYS: meta, journal, snapshot. Returns '' for an unknown document, else
+// {version, epoch, snapshot JSON or '', {encoded entries}}: one script, so the three reads see
+// one state even while appends and snapshots of the document run on other servers.
+const loadScript = `
+local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch')
+if not meta[1] then return '' end
+local snapshot = redis.call('GET', KEYS[3]) or ''
+return {meta[1], meta[2], snapshot, redis.call('LRANGE', KEYS[2], 0, -1)}
+`;
+
+type RedisClient = ReturnType<typeof createClient>;
+
+interface Script {
+  source: string;
+  sha1: string;
+}
+
+function script(source: string): Script {
+  return { source, sha1: createHash('sha1').update(source).digest('hex') };
+}
+
+const scripts = {
+  append: script(appendScript),
+  snapshot: script(snapshotScript),
+  load: script(loadScript),
+};
+
+// Redis answers that mean "not now" rather than "your script is wrong": out of memory under
+// noeviction, a replica or a loading server after failover, a script still running.
+const unavailableReplies =
+  /^(OOM|READONLY|LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|NOREPLICAS)/;
+
+/// A store on Redis (one server; the keys are Cluster-ready). Each append and each snapshot is
+/// one Lua script, so the compare-and-set and the fencing hold across any number of server
+/// processes. Appends issued in one event-loop turn, for any documents, leave in one write and
+/// so cost one round trip (node-redis writes its queue once per `setImmediate`).
+///
+/// The client connects in the background as soon as the store is constructed and reconnects by
+/// itself with capped backoff. While it is not connected, calls fail at once with
+/// `StoreUnavailableError` instead of queueing: a queued append could run minutes later, after
+/// the server had already told the client it failed, and queued loads would pile up behind a
+/// dead connection. A call that gets no answer within `commandTimeoutMs` rejects with
+/// `StoreUnavailableError` too; like any timed-out write, such an append may still have been
+/// applied, which the next append's compare-and-set will reveal as a conflict.
+export class RedisStore implements Store {
+  readonly kind = 'redis';
+  private readonly client: RedisClient;
+  private readonly commandTimeoutMs: number;
+  private readonly keyPrefix: string;
+  private readonly logger: RedisStoreLogger | null;
+  /// False from the first connection error until the next 'ready': logs once per outage.
+  private healthy = true;
+  private closed = false;
+
+  constructor(options: RedisStoreOptions) {
+    this.commandTimeoutMs = options.commandTimeoutMs ?? 2000;
+    this.keyPrefix = options.keyPrefix ?? 'scriptorium:';
+    this.logger = options.logger ?? null;
+    this.client = createClient({
+      url: options.url,
+      disableOfflineQueue: true,
+      socket: {
+        connectTimeout: this.commandTimeoutMs,
+        // Exponential backoff with jitter, never giving up: a store that stopped trying would
+        // need a process restart to recover from a Redis restart.
+        reconnectStrategy: (retries: number) =>
+          Math.min(maxReconnectDelayMs, 50 * 2 ** Math.min(retries, 10)) +
+          Math.floor(Math.random() * 50),
+      },
+    });
+    // Without a listener, an 'error' event (every failed connection attempt emits one) would
+    // crash the process.
+    this.client.on('error', (error: unknown) => {
+      if (!this.healthy || this.closed) return;
+      this.healthy = false;
+      this.logger?.warn({ err: error }, 'redis store: connection lost, reconnecting');
+    });
+    this.client.on('ready', () => {
+      if (this.healthy) return;
+      this.healthy = true;
+      this.logger?.info({}, 'redis store: connected again');
+    });
+    // connect() settles only once connected (or when closed); failures were emitted as 'error'.
+    this.client.connect().catch(() => {});
+  }
+
+  /// Resolves once the client is connected; rejects with `StoreUnavailableError` when it is not
+  /// within `timeoutMs` (default `commandTimeoutMs`). For start-up and readiness checks: the
+  /// other methods do not wait for a connection.
+  async ready(timeoutMs = this.commandTimeoutMs): Promise<void> {
+    if (this.client.isReady) return;
+    let onReady!: () => void;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        onReady = resolve;
+        this.client.once('ready', onReady);
+        timer = setTimeout(
+          () => reject(new StoreUnavailableError(`redis not connected after ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+      });
+    } finally {
+      clearTimeout(timer);
+      this.client.off('ready', onReady);
+    }
+  }
+
+  /// Sends PING. Resolves when Redis answers; rejects with `StoreUnavailableError` when it
+  /// cannot be reached or does not answer within `commandTimeoutMs`. For health checks.
+  async ping(): Promise<void> {
+    await this.command(['PING']);
+  }
+
+  async load(docId: string): Promise<StoredDocument | null> {
+    const keys = docKeys(this.keyPrefix, docId);
+    const reply = await this.run(scripts.load, [keys.meta, keys.journal, keys.snapshot], []);
+    if (reply === '') return null;
+    if (!Array.isArray(reply) || reply.length !== 4 || !Array.isArray(reply[3]))
+      throw new TypeError('redis store: unexpected load reply');
+    const [version, epoch, snapshotJSON, encoded] = reply as [unknown, unknown, unknown, unknown[]];
+    const snapshot =
+      typeof snapshotJSON === 'string' && snapshotJSON !== ''
+        ? parseSnapshot(JSON.parse(snapshotJSON))
+        : null;
+    const journal: JournalEntry[] = [];
+    for (let i = 0; i < encoded.length; i++) {
+      const text = String(encoded[i]);
+      journal.push(parseJournalEntry(JSON.parse(text.slice(text.indexOf('\n') + 1))));
+    }
+    return {
+      epoch: String(epoch),
+      version: Number(version),
+      snapshot,
+      journal: snapshot ? entriesAfter(journal, snapshot.version) : journal,
+    };
+  }
+
+  async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
+    const keys = docKeys(this.keyPrefix, docId);
+    const entry: JournalEntry = {
+      baseVersion: request.baseVersion,
+      steps: request.steps,
+      clientIDs: request.clientIDs,
+    };
+    const end = entryEnd(entry);
+    const reply = await this.run(
+      scripts.append,
+      [keys.meta, keys.journal],
+      [request.epoch, String(request.baseVersion), String(end), `${end}\n${JSON.stringify(entry)}`],
+    );
+    if (!Array.isArray(reply)) throw new TypeError('redis store: unexpected append reply');
+    if (reply[0] === 1) return { ok: true, version: Number(reply[1]) };
+    const epoch = reply[2] === '' || reply[2] == null ? null : String(reply[2]);
+    return { ok: false, reason: 'conflict', version: Number(reply[1]), epoch };
+  }
+
+  async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
+    const keys = docKeys(this.keyPrefix, docId);
+    const reply = await this.run(
+      scripts.snapshot,
+      [keys.meta, keys.journal, keys.snapshot],
+      [snapshot.epoch, String(snapshot.version), JSON.stringify(snapshot)],
+    );
+    if (reply === 'ok') return { ok: true };
+    if (reply === 'conflict' || reply === 'outdated') return { ok: false, reason: reply };
+    throw new TypeError('redis store: unexpected snapshot reply');
+  }
+
+  /// Waits (at most `commandTimeoutMs`) for commands already sent, then disconnects. Resolves
+  /// in every case: a store that is shutting down has nobody to report to.
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (!this.client.isReady) {
+      this.client.destroy();
+      return;
+    }
+    try {
+      await this.withTimeout(this.client.close());
+    } catch {
+      this.client.destroy();
+    }
+  }
+
+  /// EVALSHA, falling back to EVAL when Redis does not know the script (after a restart or a
+  /// SCRIPT FLUSH). The fallback is ours rather than node-redis's `defineScript` so that one
+  /// timer covers both attempts.
+  private run(s: Script, keys: string[], args: string[]): Promise<unknown> {
+    const tail = [String(keys.length), ...keys, ...args];
+    return this.withTimeout(
+      this.client.sendCommand(['EVALSHA', s.sha1, ...tail]).catch((error: unknown) => {
+        if (error instanceof ErrorReply && error.message.startsWith('NOSCRIPT'))
+          return this.client.sendCommand(['EVAL', s.source, ...tail]);
+        throw error;
+      }),
+    ).catch(unavailable);
+  }
+
+  private command(args: string[]): Promise<unknown> {
+    return this.withTimeout(this.client.sendCommand(args)).catch(unavailable);
+  }
+
+  /// Races `promise` against a timer that is always cleared. node-redis's own `timeout`
+  /// option only covers the time before a command is written, not the wait for its reply.
+  private withTimeout<T>(promise: Promise<T>): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new StoreUnavailableError(`redis did not answer within ${this.commandTimeoutMs} ms`),
+          ),
+        this.commandTimeoutMs,
+      );
+    });
+    return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  }
+}
+
+/// Maps a failed Redis call to `StoreUnavailableError`, except Redis error replies that point to
+/// a bug (a script error, a key of the wrong type), which are rethrown as they are.
+function unavailable(error: unknown): never {
+  if (error instanceof StoreUnavailableError) throw error;
+  if (error instanceof ErrorReply && !unavailableReplies.test(error.message)) throw error;
+  const message = error instanceof Error ? error.message : String(error);
+  throw new StoreUnavailableError(`redis unavailable: ${message}`, { cause: error });
+}

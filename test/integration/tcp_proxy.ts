@@ -1,0 +1,53 @@
+import { once } from 'node:events';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+
+/// A TCP proxy in front of a server, for observing and disturbing a client: it counts the
+/// chunks the client sends (one chunk per socket write of the client, on loopback, for writes
+/// that fit in one segment) and, when paused, swallows what the client sends, so the client
+/// sees a server that accepts commands and never answers.
+export class TcpProxy {
+  port = 0;
+  /// Chunks and bytes received from clients since the proxy started.
+  chunksFromClients = 0;
+  bytesFromClients = 0;
+  paused = false;
+  private readonly server: Server;
+  private readonly sockets = new Set<Socket>();
+
+  constructor(targetPort: number) {
+    this.server = createServer((client) => {
+      const upstream = createConnection({ host: '127.0.0.1', port: targetPort });
+      this.sockets.add(client).add(upstream);
+      client.on('data', (chunk) => {
+        this.chunksFromClients++;
+        this.bytesFromClients += chunk.length;
+        if (!this.paused) upstream.write(chunk);
+      });
+      upstream.on('data', (chunk) => client.write(chunk));
+      const closeBoth = (): void => {
+        client.destroy();
+        upstream.destroy();
+        this.sockets.delete(client);
+        this.sockets.delete(upstream);
+      };
+      client.on('close', closeBoth).on('error', closeBoth);
+      upstream.on('close', closeBoth).on('error', closeBoth);
+    });
+  }
+
+  /// Listens on a free port of 127.0.0.1; resolves once listening.
+  async start(): Promise<void> {
+    this.server.listen(0, '127.0.0.1');
+    await once(this.server, 'listening');
+    const address = this.server.address();
+    if (address === null || typeof address === 'string') throw new Error('no port');
+    this.port = address.port;
+  }
+
+  /// Closes the listener and every connection.
+  async stop(): Promise<void> {
+    for (const socket of this.sockets) socket.destroy();
+    this.server.close();
+    await once(this.server, 'close');
+  }
+}
