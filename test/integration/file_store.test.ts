@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { FileStore } from '../../server/file_store.js';
-import { appendOf, reconstruct, snapshotOf, typingHistory } from './store_fixtures.js';
+import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 
 const tempDirs: string[] = [];
 const history = typingHistory(40);

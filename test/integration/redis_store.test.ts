@@ -4,9 +4,9 @@ import { after, describe, it } from 'node:test';
 import { createClient } from 'redis';
 import { RedisStore } from '../../server/redis_store.js';
 import { StoreUnavailableError } from '../../server/store.js';
-import { RedisProcess, freePort } from './redis_process.js';
-import { appendOf, typingHistory } from './store_fixtures.js';
-import { TcpProxy } from './tcp_proxy.js';
+import { RedisProcess, freePort } from '../support/redis_process.js';
+import { appendOf, typingHistory } from '../support/store_fixtures.js';
+import { TcpProxy } from '../support/tcp_proxy.js';
 
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const redisPort = Number(new URL(redisUrl).port || 6379);

@@ -9,7 +9,7 @@ import { FileStore } from '../../server/file_store.js';
 import { MemoryStore } from '../../server/memory_store.js';
 import { RedisStore } from '../../server/redis_store.js';
 import type { Store } from '../../server/store.js';
-import { appendOf, reconstruct, snapshotOf, typingHistory } from './store_fixtures.js';
+import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 
 // One suite, run against every Store implementation: the server relies on these rules and must
 // not be able to tell the stores apart.

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { freePort } from './redis_process.js';
 import { delay } from './wait.js';
 
 const mainPath = fileURLToPath(new URL('../../server/main.js', import.meta.url));
@@ -17,18 +17,6 @@ export interface ServerProcess {
   exited: Promise<number | string>;
   /// Sends `signal` and waits for the exit.
   stop(signal?: NodeJS.Signals): Promise<number | string>;
-}
-
-/// A TCP port that was free a moment ago.
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }
 
 /// Starts the server with `env` on `port` (a free one by default) and waits until `/healthz`

@@ -14,24 +14,33 @@ export async function freePort(): Promise<number> {
   return address.port;
 }
 
-/// A throwaway redis-server without persistence, for tests that stop and restart Redis.
+/// A throwaway redis-server for tests that stop, pause and restart Redis. Without `dir` it
+/// keeps nothing; with `dir` it writes an append-only file there with `appendfsync always`, so
+/// a restart after SIGKILL finds every write it acknowledged, like a production Redis.
 export class RedisProcess {
-  readonly port: number;
+  port: number;
+  private readonly dir: string | null;
   private child: ChildProcess | null = null;
 
-  constructor(port: number) {
-    this.port = port;
+  constructor(port?: number, options: { dir?: string } = {}) {
+    this.port = port ?? 0;
+    this.dir = options.dir ?? null;
   }
 
   get url(): string {
     return `redis://127.0.0.1:${this.port}`;
   }
 
-  /// Starts redis-server and resolves once it accepts connections; rejects if it exits first.
+  /// Starts redis-server (on a free port the first time) and resolves once it accepts
+  /// connections; rejects if it exits first.
   async start(): Promise<void> {
+    if (this.port === 0) this.port = await freePort();
+    const persistence = this.dir
+      ? ['--dir', this.dir, '--appendonly', 'yes', '--appendfsync', 'always']
+      : ['--appendonly', 'no'];
     const child = spawn(
       '/usr/bin/redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', ...persistence],
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
     this.child = child;
@@ -46,12 +55,23 @@ export class RedisProcess {
     child.stdout!.resume();
   }
 
+  /// Stops the process without closing its sockets (SIGSTOP): a Redis that no longer answers.
+  pause(): void {
+    this.child?.kill('SIGSTOP');
+  }
+
+  /// Lets a paused Redis run again (SIGCONT).
+  resume(): void {
+    this.child?.kill('SIGCONT');
+  }
+
   /// Kills redis-server (SIGKILL: as abrupt as a crash) and resolves once it has exited.
   async kill(): Promise<void> {
     const child = this.child;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     this.child = null;
     const exited = once(child, 'exit');
+    child.kill('SIGCONT');
     child.kill('SIGKILL');
     await exited;
   }

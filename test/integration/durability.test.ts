@@ -1,0 +1,285 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { Step } from 'prosemirror-transform';
+import type { CollabClient, CollabClientOptions } from '../../client/index.js';
+import { emptyDoc, schema, type StepJSON } from '../../schema/index.js';
+import { RedisStore } from '../../server/redis_store.js';
+import type { Store } from '../../server/store.js';
+import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';
+import { startServerProcess } from '../support/process.js';
+import { RedisProcess } from '../support/redis_process.js';
+import { delay, waitFor } from '../support/wait.js';
+
+const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+
+// Settings that keep the whole history in the journal, so a test can read every step back.
+const keepJournal = { SNAPSHOT_EVERY_STEPS: '1000000', SNAPSHOT_EVERY_MS: '86400000' };
+
+/// Every batch an editor saw acknowledged, with the version it ended at.
+interface Acked {
+  clientID: string;
+  version: number;
+  steps: readonly StepJSON[];
+}
+
+function trackedEditors(
+  url: () => string,
+  docId: string,
+  count: number,
+  acked: Acked[],
+  tag: string,
+  extra: Partial<CollabClientOptions> = {},
+) {
+  return Array.from({ length: count }, (_, i) => {
+    const clientID = `${tag}-${i}`;
+    return openEditor(url(), docId, {
+      ...extra,
+      clientID,
+      // Through JSON, as the server saw them (ProseMirror's attrs have no prototype).
+      onAcknowledged: (version, steps) =>
+        acked.push({ clientID, version, steps: JSON.parse(JSON.stringify(steps)) as StepJSON[] }),
+    });
+  });
+}
+
+/// Reads the document's whole stored history and checks that every acknowledged batch is in it,
+/// at the version it was acknowledged at, under its editor's id. Returns the stored version.
+async function assertAckedStored(
+  store: Store,
+  docId: string,
+  acked: readonly Acked[],
+): Promise<number> {
+  const stored = await store.load(docId);
+  assert.ok(stored, 'the document is stored');
+  assert.equal(stored.snapshot, null, 'the test keeps the whole history in the journal');
+  const steps: StepJSON[] = [];
+  const clientIDs: string[] = [];
+  for (const entry of stored.journal) {
+    assert.equal(entry.baseVersion, steps.length, 'the journal has no gap');
+    steps.push(...entry.steps);
+    clientIDs.push(...entry.clientIDs);
+  }
+  assert.equal(steps.length, stored.version);
+  for (const batch of acked) {
+    assert.ok(
+      batch.version <= stored.version,
+      `acknowledged version ${batch.version} > stored ${stored.version}`,
+    );
+    const start = batch.version - batch.steps.length;
+    assert.deepEqual(
+      steps.slice(start, batch.version),
+      batch.steps,
+      `batch ending at ${batch.version} is stored`,
+    );
+    assert.deepEqual(
+      clientIDs.slice(start, batch.version),
+      batch.steps.map(() => batch.clientID),
+      `batch ending at ${batch.version} carries ${batch.clientID}`,
+    );
+  }
+  // The journal replays into a valid document.
+  let doc = emptyDoc();
+  for (const json of steps) doc = Step.fromJSON(schema, json).apply(doc).doc!;
+  doc.check();
+  return stored.version;
+}
+
+async function closeAll(editors: readonly CollabClient[]): Promise<void> {
+  for (const editor of editors) editor.close();
+}
+
+describe('durability (real Redis, server child processes)', () => {
+  let store: RedisStore;
+  before(() => {
+    store = new RedisStore({ url: redisUrl, commandTimeoutMs: 2000 });
+  });
+  after(async () => {
+    await store.close();
+  });
+
+  it('restart: stop gracefully, start again, same document and version; clients catch up without reloading', async () => {
+    const docId = `restart-${randomUUID()}`;
+    let server = await startServerProcess({ REDIS_URL: redisUrl });
+    const acked: Acked[] = [];
+    let reloads = 0;
+    const editors = trackedEditors(() => server.url, docId, 3, acked, 'restart', {
+      onReload: () => reloads++,
+    });
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      await Promise.all(
+        editors.map((editor, i) => editRandomly(editor, new Random(70 + i), 20, 5)),
+      );
+      await Promise.all(editors.map((editor) => editor.settled()));
+      const before = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+        version: number;
+        doc: unknown;
+      };
+      assert.equal(await server.stop('SIGTERM'), 0, `graceful stop exits 0:\n${server.output()}`);
+      server = await startServerProcess({ REDIS_URL: redisUrl }, server.port);
+      const afterRestart = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+        version: number;
+        doc: unknown;
+      };
+      assert.equal(afterRestart.version, before.version);
+      assert.deepEqual(afterRestart.doc, before.doc);
+      await waitFor(
+        () => editors.every((editor) => editor.reconnects >= 1 && editor.status === 'synced'),
+        'reconnects',
+      );
+      await Promise.all(
+        editors.map((editor, i) => editRandomly(editor, new Random(80 + i), 10, 5)),
+      );
+      const room = async () =>
+        ((await (await fetch(`${server.url}/docs/${docId}`)).json()) as { version: number })
+          .version;
+      let version = await room();
+      await waitFor(
+        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+        'settle',
+      );
+      version = await room();
+      await waitConverged(editors, () => version);
+      assert.equal(reloads, 0, 'no editor had to reload the document');
+    } finally {
+      await closeAll(editors);
+      await server.stop('SIGTERM');
+    }
+  });
+
+  it('crash: SIGKILL mid-stream, three times; every acknowledged step survives and editors converge', async () => {
+    const docId = `crash-${randomUUID()}`;
+    let server = await startServerProcess({ REDIS_URL: redisUrl, ...keepJournal });
+    const acked: Acked[] = [];
+    const editors = trackedEditors(() => server.url, docId, 4, acked, 'crash');
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      for (let round = 0; round < 3; round++) {
+        const editing = Promise.all(
+          editors.map((editor, i) => editRandomly(editor, new Random(round * 10 + i), 60, 4)),
+        );
+        await delay(150);
+        assert.equal(await server.stop('SIGKILL'), 'SIGKILL');
+        const ackedAtCrash = Math.max(0, ...acked.map((batch) => batch.version));
+        server = await startServerProcess({ REDIS_URL: redisUrl, ...keepJournal }, server.port);
+        const served = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+          version: number;
+        };
+        assert.ok(
+          served.version >= ackedAtCrash,
+          `version ${served.version} went below acknowledged ${ackedAtCrash}`,
+        );
+        await editing;
+      }
+      await waitFor(
+        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+        'editors to settle',
+        30_000,
+      );
+      const version = await assertAckedStored(store, docId, acked);
+      await waitConverged(editors, () => version);
+      assert.ok(acked.length > 20, `only ${acked.length} batches were acknowledged`);
+    } finally {
+      await closeAll(editors);
+      await server.stop('SIGKILL');
+    }
+  });
+
+  it('Redis outage: steps are refused with unavailable, nothing acknowledged is lost, editing resumes', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'scriptorium-redis-'));
+    const redis = new RedisProcess(undefined, { dir });
+    await redis.start();
+    const server = await startServerProcess({
+      REDIS_URL: redis.url,
+      STORE_TIMEOUT_MS: '300',
+      ...keepJournal,
+    });
+    const docId = `outage-${randomUUID()}`;
+    const acked: Acked[] = [];
+    const editors = trackedEditors(() => server.url, docId, 3, acked, 'outage');
+    const local = new RedisStore({ url: redis.url, commandTimeoutMs: 2000 });
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      await Promise.all(
+        editors.map((editor, i) => editRandomly(editor, new Random(40 + i), 10, 5)),
+      );
+      // A Redis that stops answering (paused), then one that is gone (killed and restarted).
+      for (const outage of ['pause', 'kill'] as const) {
+        if (outage === 'pause') redis.pause();
+        else await redis.kill();
+        await Promise.all(
+          editors.map((editor, i) => editRandomly(editor, new Random(50 + i), 15, 20)),
+        );
+        await waitFor(
+          () => editors.some((editor) => (editor.refusals['unavailable'] ?? 0) > 0),
+          'an unavailable refusal',
+        );
+        const health = await fetch(`${server.url}/docs/${docId}`);
+        assert.equal(health.status, 200, 'reads of a loaded document go on during the outage');
+        if (outage === 'pause') redis.resume();
+        else await redis.start();
+        await waitFor(
+          () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+          `editing to resume after the ${outage}`,
+          30_000,
+        );
+      }
+      assert.equal(server.child.exitCode, null, 'the server did not crash');
+      const version = await assertAckedStored(local, docId, acked);
+      await waitConverged(editors, () => version);
+    } finally {
+      await closeAll(editors);
+      await server.stop('SIGTERM');
+      await local.close();
+      await redis.kill();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('two processes on one Redis: the compare-and-set keeps one history; no editor diverges', async () => {
+    const docId = `two-${randomUUID()}`;
+    const a = await startServerProcess({ REDIS_URL: redisUrl, ...keepJournal });
+    const b = await startServerProcess({ REDIS_URL: redisUrl, ...keepJournal });
+    const acked: Acked[] = [];
+    const editors = [
+      ...trackedEditors(() => a.url, docId, 2, acked, 'on-a'),
+      ...trackedEditors(() => b.url, docId, 2, acked, 'on-b'),
+    ];
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      await Promise.all(
+        editors.map((editor, i) => editRandomly(editor, new Random(90 + i), 30, 10)),
+      );
+      await waitFor(
+        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+        'editors to settle',
+        30_000,
+      );
+      await assertAckedStored(store, docId, acked);
+      // Every editor's document is the stored history replayed to that editor's version.
+      const stored = (await store.load(docId))!;
+      const steps = stored.journal.flatMap((entry) => entry.steps);
+      for (const editor of editors) {
+        let doc = emptyDoc();
+        for (const json of steps.slice(0, editor.version))
+          doc = Step.fromJSON(schema, json).apply(doc).doc!;
+        assert.ok(editor.state!.doc.eq(doc), `${editor.clientID} diverged from the stored history`);
+      }
+      assert.match(
+        a.output() + b.output(),
+        /journal conflict/,
+        'the compare-and-set refused a writer',
+      );
+      assert.ok(acked.some((batch) => batch.clientID.startsWith('on-a')));
+      assert.ok(acked.some((batch) => batch.clientID.startsWith('on-b')));
+    } finally {
+      await closeAll(editors);
+      await a.stop('SIGTERM');
+      await b.stop('SIGTERM');
+    }
+  });
+});
