@@ -14,6 +14,10 @@ WORKDIR /app
 COPY --from=build --chown=node:node /app/package.json ./
 COPY --from=build --chown=node:node /app/node_modules ./node_modules
 COPY --from=build --chown=node:node /app/dist ./dist
+# Without REDIS_URL the file store writes under /app/data: give it to the unprivileged user
+# and make it a volume so documents outlive the container.
+RUN mkdir -p /app/data && chown node:node /app/data
+VOLUME /app/data
 # The image's built-in unprivileged user.
 USER node
 EXPOSE 4000
