@@ -34,7 +34,9 @@ export async function probeServer(url: string, timeoutMs = 3000): Promise<void> 
   try {
     response = await fetch(target, { signal: AbortSignal.timeout(timeoutMs) });
   } catch (err) {
-    const cause = (err as { cause?: { code?: string } }).cause?.code;
+    const cause =
+      (err as { cause?: { code?: string; message?: string } }).cause?.code ??
+      (err as { cause?: { message?: string } }).cause?.message;
     const why =
       (err as Error).name === 'TimeoutError'
         ? `no answer within ${timeoutMs} ms`
