@@ -57,14 +57,38 @@ export async function probeServer(url: string, timeoutMs = 3000): Promise<void> 
   }
 }
 
-/// The server's copy of a document: `GET /docs/:id`. Throws when it cannot be read.
+/// The server's copy of a document: `GET /docs/:id`. Tries three times, since an idle
+/// keep-alive connection the server is closing just then fails a request that would succeed on
+/// a fresh one; throws when it still cannot be read.
 export async function fetchDocument(
   url: string,
   docId: string,
 ): Promise<{ version: number; doc: DocJSON }> {
-  const response = await fetch(new URL(`/docs/${encodeURIComponent(docId)}`, url), {
-    signal: AbortSignal.timeout(10_000),
-  });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fetchDocumentOnce(url, docId);
+    } catch (err) {
+      if (attempt >= 3) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 200 * attempt));
+    }
+  }
+}
+
+async function fetchDocumentOnce(
+  url: string,
+  docId: string,
+): Promise<{ version: number; doc: DocJSON }> {
+  let response: Response;
+  try {
+    response = await fetch(new URL(`/docs/${encodeURIComponent(docId)}`, url), {
+      signal: AbortSignal.timeout(10_000),
+    });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    throw new Error(
+      `GET /docs/${docId} failed: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+    );
+  }
   if (!response.ok) {
     throw new Error(`GET /docs/${docId} answered HTTP ${response.status}`);
   }

@@ -77,6 +77,28 @@ describe('client-sim: a short swarm against a real server', () => {
     assert.equal(result.serverMetrics, false, 'this server offers no /metrics/windows');
     assert.equal(steady.server, null);
   });
+
+  it('spreads editors over worker threads and merges their windows', async () => {
+    const result = await runSwarm({
+      url: server.url,
+      levels: [8],
+      docs: 2,
+      fullPerDoc: 1,
+      durationSec: 3,
+      windowMs: 1000,
+      warmupWindows: 0,
+      workers: 2,
+      seed: 11,
+    });
+    const level = result.levels[0]!;
+    assert.equal(level.workers, 2);
+    assert.equal(result.converged, true, level.convergence.failures.join('; '));
+    assert.equal(level.convergence.checked, 2);
+    assert.equal(level.windowsAddUp, true);
+    const samples = level.windows.reduce((s, w) => s + (w.latency?.count ?? 0), 0);
+    assert.equal(samples, level.totals.confirmed, 'histograms crossed the threads whole');
+    assert.ok(level.totals.confirmed > 30, `${level.totals.confirmed} edits confirmed`);
+  });
 });
 
 describe('client-sim: options and a missing server', () => {
