@@ -25,10 +25,10 @@ function summaryRow(level: LevelResult): string {
     level.state,
     String(level.documents),
     String(level.rttMs),
-    fixed(steady.confirmedPerSec, 1),
+    steady.windows === 0 ? '–' : fixed(steady.confirmedPerSec, 1),
     fixed(steady.latency?.p90Ms, 1),
     fixed(steady.latency?.p99Ms, 1),
-    percent(steady.refusalShare),
+    steady.windows === 0 ? '–' : percent(steady.refusalShare),
     level.convergence.converged
       ? `yes (${level.convergence.checked})`
       : `NO: ${level.convergence.failures.length}`,

@@ -75,8 +75,9 @@ export interface SteadySummary {
 
 /// How a level went: `steady` when at least 90% of the edits made were confirmed within the
 /// steady windows and the client p99 stayed under a second; `overloaded` otherwise; `diverged`
-/// when any document differs from the server's.
-export type LevelState = 'steady' | 'overloaded' | 'diverged';
+/// when any document differs from the server's; `too-short` when no window was left after the
+/// warm-up (a duration under `warmup + 1` windows).
+export type LevelState = 'steady' | 'overloaded' | 'diverged' | 'too-short';
 
 /// Everything measured for one level.
 export interface LevelResult {
@@ -324,10 +325,12 @@ async function runLevel(
     convergence: { converged, checked: checks.length, failures },
     state: !converged
       ? 'diverged'
-      : steady.confirmedPerSec >= 0.9 * steady.editsPerSec &&
-          (steady.latency === null || steady.latency.p99Ms <= 1000)
-        ? 'steady'
-        : 'overloaded',
+      : steady.windows === 0
+        ? 'too-short'
+        : steady.confirmedPerSec >= 0.9 * steady.editsPerSec &&
+            (steady.latency === null || steady.latency.p99Ms <= 1000)
+          ? 'steady'
+          : 'overloaded',
   };
   return { level, metrics: serverWindows !== null };
 }
