@@ -1,0 +1,146 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { OptionError, parseSimArgs, validateOptions } from '../../client-sim/options.js';
+import { ServerUnavailableError } from '../../client-sim/server_http.js';
+import { runSwarm } from '../../client-sim/swarm.js';
+import { startServer, type TestServer } from '../support/server.js';
+
+describe('client-sim: a short swarm against a real server', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer();
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it('6 editors on 2 documents converge and report consistent numbers', async () => {
+    const result = await runSwarm({
+      url: server.url,
+      levels: [6],
+      docs: 2,
+      fullPerDoc: 2,
+      durationSec: 4,
+      windowMs: 1000,
+      warmupWindows: 1,
+      seed: 7,
+    });
+    assert.equal(result.converged, true);
+    assert.equal(result.levels.length, 1);
+    const level = result.levels[0]!;
+    assert.deepEqual(level.convergence.failures, []);
+    assert.equal(level.convergence.checked, 4, 'two full editors on each of two documents');
+    assert.equal(level.editors, 6);
+    assert.equal(level.fullEditors, 4);
+    assert.equal(level.lightEditors, 2);
+    assert.equal(level.workers, 0);
+
+    const totals = level.totals;
+    assert.ok(totals.edits > 50, `only ${totals.edits} edits were made`);
+    assert.ok(totals.edits >= totals.confirmed);
+    assert.ok(totals.sends >= totals.confirmed / 50, 'edits reached the wire');
+    assert.equal(totals.confirmed + totals.dropped, totals.edits, 'every edit was confirmed');
+    assert.equal(level.windowsAddUp, true, 'window counts add up to the running totals');
+    const sum = (pick: (w: (typeof level.windows)[number]) => number) =>
+      level.windows.reduce((s, w) => s + pick(w), 0);
+    assert.equal(
+      sum((w) => w.confirmed),
+      totals.confirmed,
+    );
+    assert.equal(
+      sum((w) => w.latency?.count ?? 0),
+      totals.confirmed,
+      'one sample per edit',
+    );
+
+    assert.ok(level.steady.windows >= 2, `${level.steady.windows} steady windows`);
+    for (const window of level.windows) {
+      if (window.steady) assert.equal(window.connected, 6);
+      assert.ok(window.refusalShare >= 0 && window.refusalShare <= 1);
+      const latency = window.latency;
+      if (!latency) continue;
+      assert.ok(latency.p50Ms > 0);
+      assert.ok(latency.p50Ms <= latency.p90Ms);
+      assert.ok(latency.p90Ms <= latency.p99Ms);
+      assert.ok(latency.p99Ms <= latency.maxMs);
+    }
+    const steady = level.steady;
+    assert.ok(steady.latency !== null);
+    assert.ok(steady.latency.p50Ms <= steady.latency.p90Ms);
+    assert.ok(steady.latency.p90Ms <= steady.latency.p99Ms);
+    assert.ok(steady.latency.p99Ms <= steady.latency.maxMs);
+    assert.ok(steady.refusalShare >= 0 && steady.refusalShare <= 1);
+    for (const share of Object.values(steady.refusalShares)) assert.ok(share >= 0 && share <= 1);
+    // 6 editors at 4–6 edits/s offer 24–36 edits/s; the loopback server keeps up.
+    assert.ok(steady.editsPerSec > 15 && steady.editsPerSec < 45, `${steady.editsPerSec} edits/s`);
+    assert.ok(steady.confirmedPerSec > 10, `${steady.confirmedPerSec} confirmed/s`);
+    assert.equal(result.serverMetrics, false, 'this server offers no /metrics/windows');
+    assert.equal(steady.server, null);
+  });
+
+  it('spreads editors over worker threads and merges their windows', async () => {
+    const result = await runSwarm({
+      url: server.url,
+      levels: [8],
+      docs: 2,
+      fullPerDoc: 1,
+      durationSec: 3,
+      windowMs: 1000,
+      warmupWindows: 0,
+      workers: 2,
+      seed: 11,
+    });
+    const level = result.levels[0]!;
+    assert.equal(level.workers, 2);
+    assert.equal(result.converged, true, level.convergence.failures.join('; '));
+    assert.equal(level.convergence.checked, 2);
+    assert.equal(level.windowsAddUp, true);
+    const samples = level.windows.reduce((s, w) => s + (w.latency?.count ?? 0), 0);
+    assert.equal(samples, level.totals.confirmed, 'histograms crossed the threads whole');
+    assert.ok(level.totals.confirmed > 30, `${level.totals.confirmed} edits confirmed`);
+  });
+});
+
+describe('client-sim: options and a missing server', () => {
+  it('refuses bad options with a message naming the option', () => {
+    assert.throws(
+      () => parseSimArgs(['--bogus']),
+      (err: Error) => {
+        assert.ok(err instanceof OptionError);
+        assert.match(err.message, /--bogus/);
+        return true;
+      },
+    );
+    assert.throws(() => parseSimArgs(['--editors', 'ten']), /--editors must be a whole number/);
+    assert.throws(
+      () => parseSimArgs(['--editors', '0']),
+      /--editors must be a whole number from 1/,
+    );
+    assert.throws(() => parseSimArgs(['--rate', 'fast']), /--rate must be a number/);
+    assert.throws(() => parseSimArgs(['--rate', '0']), /--rate must be from/);
+    assert.throws(() => parseSimArgs(['--ramp', '10,x']), /--ramp must be a whole number/);
+    assert.throws(() => parseSimArgs(['--editors', '5', '--ramp', '5,6']), /not both/);
+    assert.throws(() => parseSimArgs(['--editors', '2', '--docs', '3']), /Every document needs/);
+    assert.throws(() => parseSimArgs(['--url', 'ftp://x']), /--url must be http/);
+    assert.throws(() => validateOptions({ workers: -1 }), OptionError);
+    const parsed = parseSimArgs(['--ramp', '10,15', '--rtt', '50', '--json', 'out.json']);
+    assert.deepEqual(parsed.levels, [10, 15]);
+    assert.equal(parsed.rttMs, 50);
+    assert.equal(parsed.jsonFile, 'out.json');
+    assert.equal(parseSimArgs(['--help']).help, true);
+  });
+
+  it('fails fast with a clear error when no server answers', async () => {
+    // A port that was free a moment ago: nothing listens there.
+    const probe = await startServer();
+    const url = probe.url;
+    await probe.close();
+    const started = Date.now();
+    await assert.rejects(runSwarm({ url, levels: [2], durationSec: 1 }), (err: Error) => {
+      assert.ok(err instanceof ServerUnavailableError);
+      assert.match(err.message, /No Scriptorium server at http:\/\/127\.0\.0\.1:\d+/);
+      return true;
+    });
+    assert.ok(Date.now() - started < 5000, 'the probe gives up quickly');
+  });
+});
