@@ -1,11 +1,12 @@
 import { collab, getVersion, receiveTransaction, sendableSteps } from 'prosemirror-collab';
 import { Node } from 'prosemirror-model';
-import { EditorState, type Plugin, type Transaction } from 'prosemirror-state';
-import { Step } from 'prosemirror-transform';
+import { EditorState, TextSelection, type Plugin, type Transaction } from 'prosemirror-state';
+import { Step, type StepMap } from 'prosemirror-transform';
 import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
 import {
   errorBody,
   isErrorCode,
+  rebaseSteps,
   schema,
   type ClientToServerEvents,
   type ClosingNotice,
@@ -50,7 +51,8 @@ export interface CollabClientOptions {
   /// Called when the document was replaced by the server's copy (another epoch, history gone,
   /// or local steps the server refused): `dropped` local steps could not be kept.
   onReload?: (info: { dropped: number; reason: string }) => void;
-  /// Called when the server acknowledges a batch: `steps` are durable and end at `version`.
+  /// Called when the server acknowledges a batch: `steps` (as the server applied them, rebased
+  /// or not) are durable and end at `version`.
   onAcknowledged?: (version: number, steps: readonly StepJSON[]) => void;
 }
 
@@ -76,6 +78,9 @@ export class CollabClient {
   /// How often this client reconnected, and how often the server answered `stale`.
   reconnects = 0;
   staleAnswers = 0;
+  /// How often the server's rebase of one of our batches differed from ours, so that the
+  /// state was rebuilt on the server's version (rare: both sides run the same rebase).
+  reconciles = 0;
   /// Refusals of this client's batches, by code.
   readonly refusals: Partial<Record<string, number>> = {};
 
@@ -84,6 +89,15 @@ export class CollabClient {
   private joined = false;
   private inFlight = false;
   private inFlightSteps: StepJSON[] = [];
+  /// Our own steps as the last broadcast that carried them had them, and the version they end
+  /// at: what an acknowledgement that follows confirms.
+  private lastOwnRun: readonly StepJSON[] = [];
+  private lastOwnRunEnd = -1;
+  /// How many steps the last batch sent had: the first this-many unconfirmed steps are it.
+  private sentCount = 0;
+  /// The document at the confirmed version (what the server holds at `version`), kept so that
+  /// a batch the server rebased differently from us can be reconciled on the spot.
+  private confirmedDoc: Node | null = null;
   /// Bumped on every (re)connection so that answers meant for an earlier one are ignored.
   private generation = 0;
   private waitForVersion = 0;
@@ -237,6 +251,7 @@ export class CollabClient {
       dropped = sendableSteps(previous)?.steps.length ?? 0;
     }
     this.state = state;
+    this.confirmedDoc = doc;
     this.options.onState?.(state, null);
     if (previous) {
       const reason = dropLocal
@@ -268,23 +283,78 @@ export class CollabClient {
     // prosemirror-collab only recognises our own steps at the start of what it is given:
     // feed it each run of equal clientIDs on its own so that a mixed group confirms ours.
     let start = current - base;
+    let confirmed = this.confirmedDoc!;
     while (start < steps.length) {
       let end = start + 1;
       while (end < steps.length && clientIDs[end] === clientIDs[start]) end++;
       const run: Step[] = new Array(end - start);
       for (let i = start; i < end; i++) run[i - start] = Step.fromJSON(schema, steps[i]);
-      const tr = receiveTransaction(state, run, clientIDs.slice(start, end), {
-        mapSelectionBackward: true,
-      });
-      state = state.apply(tr);
-      this.state = state;
-      this.options.onState?.(state, tr);
+      if (clientIDs[start] === this.clientID) {
+        this.lastOwnRun = steps.slice(start, end);
+        this.lastOwnRunEnd = base + end;
+      }
+      if (clientIDs[start] === this.clientID && !matchesUnconfirmed(state, steps, start, end)) {
+        // The server rebased our batch and got other steps than our own rebase did:
+        // prosemirror-collab would take ours as confirmed and silently diverge.
+        state = this.reconcile(state, run, confirmed, base + end);
+        confirmed = this.confirmedDoc!;
+      } else {
+        const tr = receiveTransaction(state, run, clientIDs.slice(start, end), {
+          mapSelectionBackward: true,
+        });
+        state = state.apply(tr);
+        this.state = state;
+        for (let i = 0; i < run.length; i++) confirmed = run[i]!.apply(confirmed).doc!;
+        this.confirmedDoc = confirmed;
+        this.options.onState?.(state, tr);
+      }
       start = end;
     }
     if (this.staleTimer !== null && getVersion(state) >= this.waitForVersion) {
       clearTimeout(this.staleTimer);
       this.staleTimer = null;
     }
+  }
+
+  /// Rebuilds the state on the server's version of our last batch (`run`, ending at
+  /// `version`): the confirmed document plus `run`, with our later unconfirmed steps rebased
+  /// from our version of the batch onto the server's. Undo history starts afresh.
+  private reconcile(
+    state: EditorState,
+    run: readonly Step[],
+    confirmed: Node,
+    version: number,
+  ): EditorState {
+    const unconfirmed = sendableSteps(state)?.steps ?? [];
+    const ours = unconfirmed.slice(0, Math.min(this.sentCount, unconfirmed.length));
+    const rest = unconfirmed.slice(ours.length);
+    let doc = confirmed;
+    for (let i = 0; i < run.length; i++) doc = run[i]!.apply(doc).doc!;
+    const over: StepMap[] = [];
+    for (let i = ours.length - 1; i >= 0; i--) over.push(ours[i]!.getMap().invert());
+    for (let i = 0; i < run.length; i++) over.push(run[i]!.getMap());
+    const moved = rebaseSteps(rest, over, doc);
+    let next = EditorState.create({
+      schema,
+      doc,
+      plugins: [collab({ version, clientID: this.clientID }), ...this.plugins],
+    });
+    if (moved.steps.length > 0) {
+      const tr = next.tr;
+      for (const step of moved.steps) tr.step(step);
+      next = next.apply(tr);
+    }
+    const size = next.doc.content.size;
+    const anchor = Math.min(state.selection.anchor, size);
+    const head = Math.min(state.selection.head, size);
+    next = next.apply(
+      next.tr.setSelection(TextSelection.between(next.doc.resolve(anchor), next.doc.resolve(head))),
+    );
+    this.state = next;
+    this.confirmedDoc = doc;
+    this.reconciles++;
+    this.options.onState?.(next, null);
+    return next;
   }
 
   private trySend(): void {
@@ -306,6 +376,7 @@ export class CollabClient {
     const steps: StepJSON[] = new Array(sendable.steps.length);
     for (let i = 0; i < steps.length; i++) steps[i] = sendable.steps[i]!.toJSON() as StepJSON;
     this.inFlightSteps = steps;
+    this.sentCount = steps.length;
     this.socket.emit('steps', { version: sendable.version, steps }, (answer) =>
       this.onStepsAnswer(answer, generation),
     );
@@ -318,7 +389,11 @@ export class CollabClient {
     if (answer.ok) {
       this.retryDelayMs = 0;
       if (answer.version > this.acknowledgedVersion) this.acknowledgedVersion = answer.version;
-      this.options.onAcknowledged?.(answer.version, this.inFlightSteps);
+      if (this.options.onAcknowledged) {
+        // The broadcast came first; it holds the steps as the server applied them.
+        const steps = this.lastOwnRunEnd === answer.version ? this.lastOwnRun : this.inFlightSteps;
+        this.options.onAcknowledged(answer.version, steps);
+      }
       this.trySend();
       return;
     }
@@ -453,6 +528,22 @@ export class CollabClient {
     this.status = status;
     this.options.onStatus?.(status, this.error);
   }
+}
+
+/// True when the steps `[start, end)` of a broadcast are, to the letter, our first unconfirmed
+/// steps: what prosemirror-collab assumes when it confirms a run of our own client id.
+function matchesUnconfirmed(
+  state: EditorState,
+  steps: readonly StepJSON[],
+  start: number,
+  end: number,
+): boolean {
+  const unconfirmed = sendableSteps(state)?.steps;
+  if (!unconfirmed || unconfirmed.length < end - start) return false;
+  for (let i = start; i < end; i++) {
+    if (JSON.stringify(unconfirmed[i - start]!.toJSON()) !== JSON.stringify(steps[i])) return false;
+  }
+  return true;
 }
 
 /// A client id that is unique enough for one document's editors, without `crypto.randomUUID`

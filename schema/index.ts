@@ -1,3 +1,4 @@
 export * from './schema.js';
 export * from './errors.js';
 export * from './events.js';
+export * from './rebase.js';

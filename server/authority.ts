@@ -1,6 +1,6 @@
 import type { Node } from 'prosemirror-model';
-import { Step } from 'prosemirror-transform';
-import { schema, type StepJSON } from '../schema/index.js';
+import { Step, type StepMap } from 'prosemirror-transform';
+import { rebaseSteps, schema, type StepJSON } from '../schema/index.js';
 import { checkChanged } from './doc_check.js';
 
 /// Limits an authority enforces on what it accepts.
@@ -12,12 +12,16 @@ export interface AuthorityLimits {
   maxStepsPerBatch: number;
   /// The largest document (in `Node.nodeSize`) a batch may produce (`too-large` beyond).
   maxDocSize: number;
+  /// How far behind a batch may be and still be rebased by the server rather than refused as
+  /// `stale`; 0 keeps prosemirror-collab's rule (accept only at the current version).
+  maxRebaseSteps: number;
 }
 
 /// The outcome of `Authority.receive`. `steps` are the accepted steps normalised through
-/// `Step.toJSON()`: what is broadcast and journaled, never the raw input.
+/// `Step.toJSON()`: what is broadcast and journaled, never the raw input. `rebased` says the
+/// batch was made at an older version and mapped over the steps since.
 export type ReceiveOutcome =
-  | { ok: true; version: number; doc: Node; steps: StepJSON[] }
+  | { ok: true; version: number; doc: Node; steps: StepJSON[]; rebased: boolean }
   | { ok: false; code: 'stale' | 'history-gone'; version: number; message: string }
   | { ok: false; code: 'invalid-step' | 'too-large'; version: number; message: string };
 
@@ -31,17 +35,26 @@ export interface StepsSince {
 /// steps) and a bounded window of recent steps with the clientIDs that made them. It is pure:
 /// no sockets, storage or timers. Transport and persistence call into it.
 ///
-/// A batch is applied all or nothing, only at the current version (prosemirror-collab's rule).
-/// Server-side rebasing of a stale batch would slot in where `receive` answers `stale`: map the
-/// batch through `stepsSince(version)` and apply what survives.
+/// A batch is applied all or nothing. A batch made at an older version is rebased over the
+/// steps since (up to `maxRebaseSteps` behind), exactly as the client would rebase it, instead
+/// of being refused: under contention prosemirror-collab's rule (refuse, let the client rebase
+/// and resend) costs every editor but one a round trip per broadcast. The client recognises
+/// its own steps in the broadcast by its clientID whether the server rebased them or not.
 export class Authority {
   doc: Node;
   version: number;
+  /// Batches accepted by rebasing, since this authority was made.
+  rebasedBatches = 0;
   /// The version before `history[0]`: `history[i]` took the document from
   /// `historyStart + i` to `historyStart + i + 1`.
   private historyStart: number;
   private history: StepJSON[];
   private historyClients: string[];
+  private historyMaps: StepMap[];
+  /// The version after each client's last accepted batch. A batch from that client made before
+  /// it is a resend of something already applied (its acknowledgement was lost, or it is still
+  /// being journaled): rebasing it would apply it twice, so it is answered `stale` instead.
+  private lastEnd: Map<string, number>;
   private readonly limits: AuthorityLimits;
 
   constructor(doc: Node, version: number, limits: AuthorityLimits) {
@@ -50,6 +63,8 @@ export class Authority {
     this.historyStart = version;
     this.history = [];
     this.historyClients = [];
+    this.historyMaps = [];
+    this.lastEnd = new Map();
     this.limits = limits;
   }
 
@@ -67,13 +82,8 @@ export class Authority {
         message: `Version ${version} is ahead of the server's ${this.version}: reload the document`,
       };
     }
-    if (version < this.version) {
-      return {
-        ok: false,
-        code: 'stale',
-        version: this.version,
-        message: `Batch made at version ${version}; the document is at ${this.version}`,
-      };
+    if (version < this.version && !this.canRebase(version, clientID)) {
+      return this.stale(version);
     }
     if (stepsJSON.length > this.limits.maxStepsPerBatch) {
       return {
@@ -84,27 +94,39 @@ export class Authority {
       };
     }
 
-    let doc = this.doc;
-    const normalized: StepJSON[] = new Array(stepsJSON.length);
+    const steps: Step[] = new Array(stepsJSON.length);
     for (let i = 0; i < stepsJSON.length; i++) {
-      let step: Step;
       try {
-        step = Step.fromJSON(schema, stepsJSON[i]);
+        steps[i] = Step.fromJSON(schema, stepsJSON[i]);
       } catch (err) {
         return this.invalid(i, (err as Error).message);
       }
-      let result;
-      try {
-        result = step.apply(doc);
-      } catch (err) {
-        // Positions out of range make `resolve` throw rather than fail softly.
-        return this.invalid(i, (err as Error).message);
-      }
-      if (result.failed !== null || !result.doc) {
-        return this.invalid(i, result.failed ?? 'the step produced no document');
-      }
+    }
+
+    let doc = this.doc;
+    let accepted = steps;
+    const rebased = version < this.version;
+    if (rebased) {
+      // Steps that no longer apply once mapped are dropped, as the client's own rebase would
+      // drop them. If none is left, the client rebases and resends (or learns it is invalid).
+      const result = rebaseSteps(steps, this.historyMaps.slice(version - this.historyStart), doc);
+      if (result.steps.length === 0) return this.stale(version);
+      accepted = result.steps;
       doc = result.doc;
-      normalized[i] = step.toJSON() as StepJSON;
+    } else {
+      for (let i = 0; i < steps.length; i++) {
+        let result;
+        try {
+          result = steps[i]!.apply(doc);
+        } catch (err) {
+          // Positions out of range make `resolve` throw rather than fail softly.
+          return this.invalid(i, (err as Error).message);
+        }
+        if (result.failed !== null || !result.doc) {
+          return this.invalid(i, result.failed ?? 'the step produced no document');
+        }
+        doc = result.doc;
+      }
     }
     try {
       // Steps check the content they rebuild, but not everything (attributes set by an
@@ -128,22 +150,31 @@ export class Authority {
       };
     }
 
-    this.doc = doc;
-    this.version += normalized.length;
-    for (let i = 0; i < normalized.length; i++) {
+    const normalized: StepJSON[] = new Array(accepted.length);
+    for (let i = 0; i < accepted.length; i++) {
+      const step = accepted[i]!;
+      normalized[i] = step.toJSON() as StepJSON;
       this.history.push(normalized[i]!);
       this.historyClients.push(clientID);
+      this.historyMaps.push(step.getMap());
     }
+    this.doc = doc;
+    this.version += accepted.length;
+    this.lastEnd.set(clientID, this.version);
+    if (rebased) this.rebasedBatches++;
     this.trimHistory();
-    return { ok: true, version: this.version, doc, steps: normalized };
+    return { ok: true, version: this.version, doc, steps: normalized, rebased };
   }
 
   /// Appends steps that are already known to be valid and applied to `doc` (replayed from the
   /// journal on load), so that they serve catch-up.
-  remember(steps: readonly StepJSON[], clientIDs: readonly string[], doc: Node): void {
+  remember(steps: readonly Step[], clientIDs: readonly string[], doc: Node): void {
     for (let i = 0; i < steps.length; i++) {
-      this.history.push(steps[i]!);
+      const step = steps[i]!;
+      this.history.push(step.toJSON() as StepJSON);
       this.historyClients.push(clientIDs[i]!);
+      this.historyMaps.push(step.getMap());
+      this.lastEnd.set(clientIDs[i]!, this.version + i + 1);
     }
     this.version += steps.length;
     this.doc = doc;
@@ -171,8 +202,42 @@ export class Authority {
     const keep = version - this.historyStart;
     this.history.length = keep;
     this.historyClients.length = keep;
+    this.historyMaps.length = keep;
     this.version = version;
     this.doc = doc;
+    // Forgotten batches no longer count as a client's last one; its batch before them, if
+    // any, is still in the history, where `canRebase` finds it through the version.
+    for (const [clientID, end] of this.lastEnd) {
+      if (end > version) this.lastEnd.set(clientID, this.lastEndIn(clientID, version));
+    }
+  }
+
+  /// True when a batch of `clientID` made at `version` (older than the current one) can be
+  /// rebased: its steps since are all held, it is not too far behind, and the client had seen
+  /// its own last batch when it made it.
+  private canRebase(version: number, clientID: string): boolean {
+    return (
+      this.version - version <= this.limits.maxRebaseSteps &&
+      version >= this.historyStart &&
+      version >= (this.lastEnd.get(clientID) ?? 0)
+    );
+  }
+
+  /// The version after the last step of `clientID` at or before `version`, from the history.
+  private lastEndIn(clientID: string, version: number): number {
+    for (let i = version - this.historyStart - 1; i >= 0; i--) {
+      if (this.historyClients[i] === clientID) return this.historyStart + i + 1;
+    }
+    return 0;
+  }
+
+  private stale(version: number): ReceiveOutcome {
+    return {
+      ok: false,
+      code: 'stale',
+      version: this.version,
+      message: `Batch made at version ${version}; the document is at ${this.version}`,
+    };
   }
 
   private invalid(index: number, reason: string): ReceiveOutcome {
@@ -190,7 +255,13 @@ export class Authority {
     if (excess > 0 && (excess >= 1024 || excess * 8 >= this.limits.maxHistorySteps)) {
       this.history.splice(0, excess);
       this.historyClients.splice(0, excess);
+      this.historyMaps.splice(0, excess);
       this.historyStart += excess;
+      // Clients whose last batch fell out of the history cannot be rebased from before it
+      // anyway (`canRebase` needs the steps); forget them so the map does not grow forever.
+      for (const [clientID, end] of this.lastEnd) {
+        if (end <= this.historyStart) this.lastEnd.delete(clientID);
+      }
     }
   }
 }

@@ -11,6 +11,7 @@ export interface Config {
   maxHistorySteps: number;
   maxStepsPerBatch: number;
   maxDocSize: number;
+  maxRebaseSteps: number;
   maxMessageBytes: number;
   snapshotEverySteps: number;
   snapshotEveryMs: number;
@@ -31,6 +32,7 @@ export const defaults: Readonly<Config> = Object.freeze({
   maxHistorySteps: 10_000,
   maxStepsPerBatch: 1_000,
   maxDocSize: 4_000_000,
+  maxRebaseSteps: 1_000,
   maxMessageBytes: 4 * 1024 * 1024,
   snapshotEverySteps: 500,
   snapshotEveryMs: 30_000,
@@ -51,6 +53,7 @@ export const environment = {
   MAX_HISTORY_STEPS: 'maxHistorySteps',
   MAX_STEPS_PER_BATCH: 'maxStepsPerBatch',
   MAX_DOC_SIZE: 'maxDocSize',
+  MAX_REBASE_STEPS: 'maxRebaseSteps',
   MAX_MESSAGE_BYTES: 'maxMessageBytes',
   SNAPSHOT_EVERY_STEPS: 'snapshotEverySteps',
   SNAPSHOT_EVERY_MS: 'snapshotEveryMs',
@@ -74,6 +77,7 @@ const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   maxHistorySteps: [1, 10_000_000],
   maxStepsPerBatch: [1, 100_000],
   maxDocSize: [16, 1_000_000_000],
+  maxRebaseSteps: [0, 1_000_000],
   maxMessageBytes: [1024, 1024 * 1024 * 1024],
   snapshotEverySteps: [1, 10_000_000],
   snapshotEveryMs: [100, 86_400_000],

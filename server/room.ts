@@ -186,6 +186,11 @@ export class Room {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
+  /// Batches this room accepted by rebasing them over steps their sender had not seen.
+  get rebasedBatches(): number {
+    return this.authority.rebasedBatches;
+  }
+
   /// True when the published version is not in a snapshot yet.
   get needsSnapshot(): boolean {
     return this.publishedVersion > this.snapshotVersion;

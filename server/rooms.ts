@@ -172,12 +172,14 @@ export class Rooms {
         );
       }
       const skip = authority.version - entry.baseVersion;
-      const steps: StepJSON[] = entry.steps.slice(skip);
+      const stepsJSON: StepJSON[] = entry.steps.slice(skip);
+      const steps: Step[] = new Array(stepsJSON.length);
       let current = authority.doc;
-      for (let i = 0; i < steps.length; i++) {
+      for (let i = 0; i < stepsJSON.length; i++) {
         let result;
         try {
-          result = Step.fromJSON(schema, steps[i]).apply(current);
+          steps[i] = Step.fromJSON(schema, stepsJSON[i]);
+          result = steps[i]!.apply(current);
         } catch (err) {
           throw new CorruptDocumentError(
             docId,

@@ -229,6 +229,7 @@ describe('durability (real Redis, server child processes)', () => {
         );
       }
       assert.equal(server.child.exitCode, null, 'the server did not crash');
+      await local.ready(5000);
       const version = await assertAckedStored(local, docId, acked);
       await waitConverged(editors, () => version);
     } finally {

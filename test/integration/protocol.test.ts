@@ -86,10 +86,14 @@ describe('protocol', () => {
       assert.equal(seenByB.length, 1);
       assert.deepEqual((seenByB[0] as { clientIDs: string[] }).clientIDs, ['a']);
 
+      // Made at version 0, after a's step: rebased over it and accepted.
+      const rebased = await emit<StepsAnswer>(b, 'steps', { version: 0, steps: typing('x', 1) });
+      assert.deepEqual(rebased, { ok: true, version: 2 });
+      // The same batch again from b, made before b saw its own: a resend, refused as stale.
       const stale = await emit<StepsAnswer>(b, 'steps', { version: 0, steps: typing('x', 1) });
       assert.equal(stale.ok, false);
       assert.equal(!stale.ok && stale.code, 'stale');
-      assert.equal(!stale.ok && stale.version, 1, 'stale names the version to wait for');
+      assert.equal(!stale.ok && stale.version, 2, 'stale names the version to wait for');
     } finally {
       a.close();
       b.close();

@@ -1,0 +1,46 @@
+import type { Node } from 'prosemirror-model';
+import { Mapping, type Step, type StepMap } from 'prosemirror-transform';
+
+/// The result of `rebaseSteps`: the steps that still applied, mapped, and the document after
+/// them.
+export interface Rebased {
+  steps: Step[];
+  doc: Node;
+}
+
+/// Rebases `steps`, made one after another on some document D, over the changes `over` (the
+/// maps of steps that were applied to D first), and applies what survives to `doc`, which is D
+/// after `over`. Steps that no longer apply are dropped, as prosemirror-collab drops them.
+///
+/// This is prosemirror-collab's own rebasing: each step is mapped back through the inverses of
+/// the batch's earlier steps, forward through `over`, and forward through the earlier steps as
+/// rebased, with mirror links so that positions inside content the batch itself inserted are
+/// recovered. The server uses it to accept a batch made at an older version; the client uses it
+/// to move its own pending steps when the server rebased a batch differently. Both ends must
+/// compute the same thing, so it lives here, beside the schema they share.
+export function rebaseSteps(steps: readonly Step[], over: readonly StepMap[], doc: Node): Rebased {
+  const mapping = new Mapping();
+  for (let i = steps.length - 1; i >= 0; i--) mapping.appendMap(steps[i]!.getMap().invert());
+  for (let i = 0; i < over.length; i++) mapping.appendMap(over[i]!);
+  const result: Step[] = [];
+  let mapFrom = steps.length;
+  for (let i = 0; i < steps.length; i++) {
+    const mapped = steps[i]!.map(mapping.slice(mapFrom));
+    mapFrom--;
+    if (!mapped) continue;
+    let applied: Node | null;
+    try {
+      applied = mapped.apply(doc).doc;
+    } catch {
+      // A position out of range after mapping: the step no longer applies.
+      applied = null;
+    }
+    if (!applied) continue;
+    doc = applied;
+    // Mirror the rebased step with the inverse of its original, so that later steps of the
+    // batch map through the pair without losing positions in what this step inserted.
+    mapping.appendMap(mapped.getMap(), mapFrom);
+    result.push(mapped);
+  }
+  return { steps: result, doc };
+}
