@@ -44,7 +44,10 @@ export class ProcessSampler {
     let eventLoopDelayP99Ms: number | null = null;
     if (this.delay !== null && this.delay.count > 0) {
       // The delay histogram records nanoseconds; round to whole microseconds like our own.
-      eventLoopDelayP99Ms = Math.round(this.delay.percentile(99) / 1000) / 1000;
+      // The monitor records whole intervals between its timer's ticks, so an idle loop reads
+      // `resolutionMs`: only what lies beyond it is delay.
+      const p99Ns = Math.max(0, this.delay.percentile(99) - this.resolutionMs * 1e6);
+      eventLoopDelayP99Ms = Math.round(p99Ns / 1000) / 1000;
       this.delay.reset();
     }
     const now = performance.eventLoopUtilization();
