@@ -2,15 +2,13 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { artifacts, launchChromium } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 
 // The browser editor end to end: real Chromium pages on the bundle `npm run build` wrote,
-// against a real server. Chromium comes from Debian (`apt-get install chromium`); without it
-// these tests fail rather than skip, so that CI cannot pass without running them.
-const chromiumPath = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
+// against a real server.
 const bundle = new URL('../../web-bundle/index.html', import.meta.url);
-const artifacts = new URL('../../../test-artifacts/', import.meta.url);
 
 /// One editor page in its own browser context, so that it can go offline alone.
 interface EditorPage {
@@ -38,29 +36,11 @@ describe('browser editor', () => {
   const open: EditorPage[] = [];
 
   before(async () => {
-    if (!existsSync(chromiumPath)) {
-      throw new Error(
-        `Chromium not found at ${chromiumPath}: install it (apt-get install -y chromium) ` +
-          'or set CHROMIUM_PATH. The browser tests do not skip without it.',
-      );
-    }
     if (!existsSync(bundle)) {
       throw new Error('The web bundle is missing: run `npm run build` before the tests.');
     }
     server = await startServer();
-    browser = await chromium.launch({
-      executablePath: chromiumPath,
-      headless: true,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--disable-quic',
-        '--no-first-run',
-      ],
-    });
+    browser = await launchChromium();
   });
 
   after(async () => {

@@ -1,0 +1,100 @@
+import assert from 'node:assert/strict';
+import { mkdir } from 'node:fs/promises';
+import { after, before, describe, it } from 'node:test';
+import type { Browser } from 'playwright-core';
+import { EditorState } from 'prosemirror-state';
+import { io } from 'socket.io-client';
+import { MetricsRecorder } from '../../metrics/index.js';
+import { emptyDoc } from '../../schema/index.js';
+import { artifacts, launchChromium } from '../support/browser.js';
+import { startServer, type TestServer } from '../support/server.js';
+
+describe('the dashboard in a browser', () => {
+  let server: TestServer;
+  let browser: Browser;
+  // A fake clock, so that windows close when the test says and not every 10 s.
+  let now = Date.now() - (Date.now() % 10_000) - 60_000;
+  const metrics = new MetricsRecorder(
+    { enabled: true },
+    {
+      now: () => now,
+      editors: () => server.server.io.engine.clientsCount,
+      documents: () => server.server.rooms.size,
+    },
+  );
+
+  before(async () => {
+    server = await startServer({}, undefined, metrics);
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.close();
+  });
+
+  it('plots the closed windows as line charts', async () => {
+    const socket = io(server.url, {
+      transports: ['websocket'],
+      forceNew: true,
+      query: { doc: 'dash' },
+      auth: { clientID: 'd' },
+    });
+    const emit = (event: string, payload: unknown) =>
+      new Promise<{ ok: boolean }>((resolve) => socket.emit(event, payload, resolve));
+    try {
+      await emit('join', {});
+      let doc = emptyDoc();
+      let version = 0;
+      // Four windows of real steps messages, more in each.
+      for (let window = 1; window <= 4; window++) {
+        for (let i = 0; i < window * 5; i++) {
+          const tr = EditorState.create({ doc }).tr.insertText('x', 1);
+          assert.equal(
+            (await emit('steps', { version, steps: tr.steps.map((s) => s.toJSON()) })).ok,
+            true,
+          );
+          doc = tr.doc;
+          version++;
+        }
+        now += 10_000;
+        metrics.tick();
+      }
+    } finally {
+      socket.close();
+    }
+
+    const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+    await page.goto(`${server.url}/dashboard`);
+    await page.waitForFunction(
+      () => !/Loading/.test(document.getElementById('status')!.textContent ?? ''),
+    );
+    assert.doesNotMatch((await page.textContent('#status')) ?? '', /failed/i);
+    // The p99 series is drawn in #c92a2a: find its pixels on the latency canvas, and the
+    // accepted-batches series (#1c7ed6) on the throughput canvas.
+    const drawn = await page.evaluate(() => {
+      const has = (id: string, [r, g, b]: number[]) => {
+        const canvas = document.getElementById(id) as HTMLCanvasElement;
+        const data = canvas.getContext('2d')!.getImageData(0, 0, canvas.width, canvas.height).data;
+        let count = 0;
+        for (let i = 0; i < data.length; i += 4) {
+          if (
+            Math.abs(data[i]! - r!) < 8 &&
+            Math.abs(data[i + 1]! - g!) < 8 &&
+            Math.abs(data[i + 2]! - b!) < 8
+          )
+            count++;
+        }
+        return count;
+      };
+      return {
+        p99: has('chart-latency', [0xc9, 0x2a, 0x2a]),
+        rps: has('chart-rps', [0x1c, 0x7e, 0xd6]),
+      };
+    });
+    assert.ok(drawn.p99 > 20, `the p99 line is drawn (${drawn.p99} pixels)`);
+    assert.ok(drawn.rps > 20, `the throughput line is drawn (${drawn.rps} pixels)`);
+    await mkdir(artifacts, { recursive: true });
+    await page.screenshot({ path: new URL('dashboard.png', artifacts).pathname, fullPage: true });
+    await page.close();
+  });
+});

@@ -1,0 +1,34 @@
+import { existsSync } from 'node:fs';
+import { chromium, type Browser } from 'playwright-core';
+
+/// Debian's Chromium, or `CHROMIUM_PATH`.
+export const chromiumPath = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
+
+/// Where browser tests leave screenshots (`test-artifacts/` at the top of the repository).
+export const artifacts = new URL('../../../test-artifacts/', import.meta.url);
+
+/// Launches headless Chromium with the flags this machine needs (no sandbox as root, no GPU,
+/// and none of the background traffic a closed network refuses). Throws with a clear message
+/// when Chromium is missing: the browser tests fail rather than skip, so that CI cannot pass
+/// without running them.
+export async function launchChromium(): Promise<Browser> {
+  if (!existsSync(chromiumPath)) {
+    throw new Error(
+      `Chromium not found at ${chromiumPath}: install it (apt-get install -y chromium) ` +
+        'or set CHROMIUM_PATH. The browser tests do not skip without it.',
+    );
+  }
+  return chromium.launch({
+    executablePath: chromiumPath,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--disable-quic',
+      '--no-first-run',
+    ],
+  });
+}
