@@ -248,17 +248,7 @@ export class Room {
     this.clearSnapshotTimer();
     const pending = this.pending;
     this.pending = [];
-    for (let i = 0; i < pending.length; i++) {
-      const batch = pending[i]!;
-      this.refuse(
-        batch.ack,
-        'unavailable',
-        undefined,
-        this.publishedVersion,
-        batch.received,
-        batch.steps.length,
-      );
-    }
+    this.refuseAll(pending, 'unavailable', this.publishedVersion);
     this.settleIdle();
   }
 
@@ -338,17 +328,7 @@ export class Room {
     this.pending = [];
     this.authority.rewind(this.publishedVersion, this.publishedDoc);
     this.flushing = false;
-    for (let i = 0; i < refused.length; i++) {
-      const batch = refused[i]!;
-      this.refuse(
-        batch.ack,
-        'unavailable',
-        undefined,
-        this.publishedVersion,
-        batch.received,
-        batch.steps.length,
-      );
-    }
+    this.refuseAll(refused, 'unavailable', this.publishedVersion);
     this.settleIdle();
   }
 
@@ -360,10 +340,7 @@ export class Room {
     const refused = group.concat(this.pending);
     this.pending = [];
     this.flushing = false;
-    for (let i = 0; i < refused.length; i++) {
-      const batch = refused[i]!;
-      this.refuse(batch.ack, 'stale', undefined, storedVersion, batch.received, batch.steps.length);
-    }
+    this.refuseAll(refused, 'stale', storedVersion);
     // This copy is behind the store. Its sockets rejoin and load the stored document, which
     // answers them with the missing steps (or the whole document).
     this.close();
@@ -385,6 +362,13 @@ export class Room {
     const waiters = this.idleWaiters;
     this.idleWaiters = [];
     for (let i = 0; i < waiters.length; i++) waiters[i]!();
+  }
+
+  private refuseAll(batches: readonly PendingBatch[], code: ErrorCode, version: number): void {
+    for (let i = 0; i < batches.length; i++) {
+      const batch = batches[i]!;
+      this.refuse(batch.ack, code, undefined, version, batch.received, batch.steps.length);
+    }
   }
 
   private refuse(

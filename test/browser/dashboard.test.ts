@@ -4,27 +4,17 @@ import { after, before, describe, it } from 'node:test';
 import type { Browser } from 'playwright-core';
 import { EditorState } from 'prosemirror-state';
 import { io } from 'socket.io-client';
-import { MetricsRecorder } from '../../metrics/index.js';
 import { emptyDoc } from '../../schema/index.js';
 import { artifacts, launchChromium } from '../support/browser.js';
-import { startServer, type TestServer } from '../support/server.js';
+import { startServerWithFakeClock } from '../support/server.js';
 
 describe('the dashboard in a browser', () => {
-  let server: TestServer;
+  let server: Awaited<ReturnType<typeof startServerWithFakeClock>>;
   let browser: Browser;
-  // A fake clock, so that windows close when the test says and not every 10 s.
-  let now = Date.now() - (Date.now() % 10_000) - 60_000;
-  const metrics = new MetricsRecorder(
-    { enabled: true },
-    {
-      now: () => now,
-      editors: () => server.server.io.engine.clientsCount,
-      documents: () => server.server.rooms.size,
-    },
-  );
 
   before(async () => {
-    server = await startServer({}, undefined, metrics);
+    // A fake clock, so that windows close when the test says and not every 10 s.
+    server = await startServerWithFakeClock(Date.now() - (Date.now() % 10_000) - 60_000);
     browser = await launchChromium();
   });
   after(async () => {
@@ -56,8 +46,7 @@ describe('the dashboard in a browser', () => {
           doc = tr.doc;
           version++;
         }
-        now += 10_000;
-        metrics.tick();
+        server.advance(10_000);
       }
     } finally {
       socket.close();

@@ -2,27 +2,17 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
-import { MetricsRecorder } from '../../metrics/index.js';
 import { emptyDoc } from '../../schema/index.js';
-import { startServer, type TestServer } from '../support/server.js';
+import { startServerWithFakeClock } from '../support/server.js';
 
 function emit<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
   return new Promise((resolve) => socket.emit(event, payload, resolve));
 }
 
 describe('the server records every steps message in its metrics', () => {
-  let server: TestServer;
-  let now = Date.UTC(2026, 0, 1, 12, 0, 0);
-  const metrics = new MetricsRecorder(
-    { enabled: true },
-    {
-      now: () => now,
-      editors: () => server.server.io.engine.clientsCount,
-      documents: () => server.server.rooms.size,
-    },
-  );
+  let server: Awaited<ReturnType<typeof startServerWithFakeClock>>;
   before(async () => {
-    server = await startServer({}, undefined, metrics);
+    server = await startServerWithFakeClock(Date.UTC(2026, 0, 1, 12, 0, 0));
   });
   after(async () => {
     await server.close();
@@ -53,8 +43,7 @@ describe('the server records every steps message in its metrics', () => {
       await emit(socket, 'steps', { version: 0, steps: [stale] });
       await emit(socket, 'steps', { version: 'nope', steps: [] });
 
-      now += 10_000;
-      assert.equal(metrics.tick(), 1);
+      assert.equal(server.advance(10_000), 1);
       const response = await fetch(`${server.url}/metrics/windows?last=1`);
       const { windows } = (await response.json()) as { windows: Record<string, unknown>[] };
       const window = windows[0]!;

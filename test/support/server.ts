@@ -1,5 +1,5 @@
 import { pino } from 'pino';
-import type { MetricsRecorder } from '../../metrics/index.js';
+import { MetricsRecorder } from '../../metrics/index.js';
 import { createScriptorium, type Scriptorium } from '../../server/app.js';
 import { loadConfig, type Config } from '../../server/config.js';
 import { MemoryStore } from '../../server/memory_store.js';
@@ -32,6 +32,32 @@ export async function startServer(
     url: `http://127.0.0.1:${port}`,
     close: async () => {
       await server.close();
+    },
+  };
+}
+
+/// A test server whose metrics run on a fake clock: windows close when `advance` says, not
+/// every 10 s. `advance(ms)` moves the clock and closes the windows that ended.
+export async function startServerWithFakeClock(
+  startMs: number,
+): Promise<TestServer & { metrics: MetricsRecorder; advance(ms: number): number }> {
+  let now = startMs;
+  let server: TestServer | null = null;
+  const metrics = new MetricsRecorder(
+    { enabled: true },
+    {
+      now: () => now,
+      editors: () => server?.server.io.engine.clientsCount ?? 0,
+      documents: () => server?.server.rooms.size ?? 0,
+    },
+  );
+  server = await startServer({}, undefined, metrics);
+  return {
+    ...server,
+    metrics,
+    advance(ms: number) {
+      now += ms;
+      return metrics.tick();
     },
   };
 }
