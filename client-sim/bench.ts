@@ -1,26 +1,30 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { latencyChart } from './chart.js';
 import type { SwarmOptions } from './options.js';
 import { progressLine, runDescription, summaryTable } from './report.js';
-import { probeServer } from './server_http.js';
+import { parseEnvPairs, serverEntry, startServerProcess } from './server_process.js';
 import { runSwarm, type SwarmResult } from './swarm.js';
 
-// `npm run bench`: the reference method and the scale runs, each against a fresh server child
-// process on loopback with the memory store, then bench-results/*.json, the charts, and the
-// tables of BENCHMARKS.md between its markers. Exit codes as for the simulator.
+// `npm run bench`: the reference method (with the default server and with MAX_REBASE_STEPS=0,
+// the strict rule of prosemirror-collab's reference design) and the scale runs, each against a
+// fresh server child process on loopback with the memory store, then bench-results/*.json, the
+// charts, and the tables of BENCHMARKS.md between its markers. Exit codes as for the simulator.
 
 const usage = `Usage: npm run bench -- [options]
 
   --duration S       editing seconds per level (default 60; the reference method uses 60)
+  --scale-duration S editing seconds per level of the single, single-rtt50 and many runs
+                     (default: --duration)
   --warmup W         windows excluded at the start of each level (default 1)
   --many-editors N   editors of the many-documents run (default 1000)
   --many-docs D      documents of the many-documents run (default 100)
-  --only LIST        runs to make, of reference,single,single-rtt50,many (default all)
+  --only LIST        runs to make, of reference,reference-strict,single,single-rtt50,many
+                     (default all)
+  --server-env K=V   extra environment for every server child, repeatable (after each run's
+                     own, e.g. MAX_REBASE_STEPS=0 for reference-strict)
   --seed N           seed (default 1)
   --help             show this text
 `;
@@ -29,10 +33,11 @@ interface BenchRun {
   name: string;
   title: string;
   options: Partial<SwarmOptions>;
+  /// The run's own server environment, under `--server-env`.
+  serverEnv: Record<string, string>;
 }
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
-const serverEntry = fileURLToPath(new URL('../server/main.js', import.meta.url));
 const startMarker = '<!-- bench:start -->';
 const endMarker = '<!-- bench:end -->';
 
@@ -44,6 +49,8 @@ async function main(): Promise<number> {
       strict: true,
       options: {
         duration: { type: 'string' },
+        'scale-duration': { type: 'string' },
+        'server-env': { type: 'string', multiple: true },
         warmup: { type: 'string' },
         'many-editors': { type: 'string' },
         'many-docs': { type: 'string' },
@@ -68,9 +75,11 @@ async function main(): Promise<number> {
     return Number(raw);
   };
   let durationSec: number, warmupWindows: number, manyEditors: number, manyDocs: number;
-  let seed: number;
+  let seed: number, scaleDurationSec: number, extraEnv: Record<string, string>;
   try {
     durationSec = number('duration', values.duration, 60, 1);
+    scaleDurationSec = number('scale-duration', values['scale-duration'], durationSec, 1);
+    extraEnv = parseEnvPairs(values['server-env'] ?? []);
     warmupWindows = number('warmup', values.warmup, 1, 0);
     manyEditors = number('many-editors', values['many-editors'], 1000, 1);
     manyDocs = number('many-docs', values['many-docs'], 100, 1);
@@ -86,26 +95,40 @@ async function main(): Promise<number> {
     return 1;
   }
   const common = { durationSec, warmupWindows, seed, ratePerSec: 5 };
+  const scale = { ...common, durationSec: scaleDurationSec };
+  const referenceLevels = [10, 15, 20, 25, 30];
   const runs: BenchRun[] = [
     {
       name: 'reference',
       title: 'Reference method: one document, 10–30 editors at 4–6 edits/s',
-      options: { ...common, docs: 1, levels: [10, 15, 20, 25, 30] },
+      options: { ...common, docs: 1, levels: referenceLevels },
+      serverEnv: {},
+    },
+    {
+      // The published reference server refuses every batch made at an old version; ours
+      // rebases up to MAX_REBASE_STEPS steps, and 0 restores the strict rule.
+      name: 'reference-strict',
+      title: 'Reference method, strict (MAX_REBASE_STEPS=0: no server-side rebase)',
+      options: { ...common, docs: 1, levels: referenceLevels },
+      serverEnv: { MAX_REBASE_STEPS: '0' },
     },
     {
       name: 'single',
       title: 'One document, 50–200 editors, no added latency',
-      options: { ...common, docs: 1, levels: [50, 100, 200] },
+      options: { ...scale, docs: 1, levels: [50, 100, 200] },
+      serverEnv: {},
     },
     {
       name: 'single-rtt50',
       title: 'One document, 50–200 editors, 50 ms round trip',
-      options: { ...common, docs: 1, levels: [50, 100, 200], rttMs: 50 },
+      options: { ...scale, docs: 1, levels: [50, 100, 200], rttMs: 50 },
+      serverEnv: {},
     },
     {
       name: 'many',
       title: `Many documents: ${manyEditors} editors over ${manyDocs} documents`,
-      options: { ...common, docs: manyDocs, levels: [manyEditors] },
+      options: { ...scale, docs: manyDocs, levels: [manyEditors] },
+      serverEnv: {},
     },
   ];
   const only = values.only?.split(',').map((name) => name.trim());
@@ -121,7 +144,7 @@ async function main(): Promise<number> {
   let converged = true;
   for (const run of selected) {
     process.stdout.write(`\n== ${run.title}\n`);
-    const server = await startServerProcess();
+    const server = await startServerProcess({ ...run.serverEnv, ...extraEnv });
     let result: SwarmResult;
     try {
       result = await runSwarm({ ...run.options, url: server.url }, (progress) => {
@@ -135,74 +158,25 @@ async function main(): Promise<number> {
     results.push({ run, result });
     process.stdout.write(`${summaryTable(result)}\n\n${runDescription(result)}\n`);
     await writeFile(`${outDir}/${run.name}.json`, JSON.stringify(result, null, 2) + '\n');
-    const chart = latencyChart(result.levels, run.title);
-    await writeFile(
-      `${outDir}/${run.name === 'reference' ? 'chart' : `chart-${run.name}`}.svg`,
-      chart,
-    );
+    await writeFile(`${outDir}/${chartFile(run)}`, latencyChart(result.levels, run.title));
   }
-  await updateBenchmarks(results, process.argv.slice(2));
+  await updateBenchmarks(results, process.argv.slice(2), extraEnv);
   return converged ? 0 : 2;
 }
 
-/// Starts `node dist/server/main.js` with the memory store on a free loopback port and waits
-/// for `/healthz`. Its output goes to this process's stderr (LOG_LEVEL=warn keeps it quiet).
-async function startServerProcess(): Promise<{ url: string; stop: () => Promise<void> }> {
-  const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, [serverEntry], {
-    env: {
-      ...process.env,
-      STORE: 'memory',
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'warn',
-    },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    try {
-      await probeServer(url, 1000);
-      break;
-    } catch (err) {
-      if (child.exitCode !== null || Date.now() > deadline) {
-        child.kill();
-        throw new Error(`the server child did not come up on ${url}: ${(err as Error).message}`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-  return {
-    url,
-    stop: async () => {
-      if (child.exitCode !== null) return;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      await exited;
-      clearTimeout(timer);
-    },
-  };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      probe.close(() => resolve(port));
-    });
-  });
+/// The chart's file name in bench-results/, which BENCHMARKS.md links to.
+function chartFile(run: BenchRun): string {
+  return `${run.name === 'reference' ? 'chart' : `chart-${run.name}`}.svg`;
 }
 
 /// Rewrites the part of BENCHMARKS.md between the bench markers (creating the file, or
-/// appending the markers, when they are missing) with this run's command, machine and tables.
+/// appending the markers, when they are missing) with this run's command, machine and tables:
+/// per run its server environment, duration, table and chart, and, when both reference runs
+/// were made, the two side by side.
 async function updateBenchmarks(
   results: { run: BenchRun; result: SwarmResult }[],
   args: string[],
+  extraEnv: Record<string, string>,
 ): Promise<void> {
   if (results.length === 0) return;
   const file = `${root}BENCHMARKS.md`;
@@ -217,8 +191,25 @@ async function updateBenchmarks(
     '',
   ];
   for (const { run, result } of results) {
-    lines.push(`### ${run.title}`, '', summaryTable(result), '', runDescription(result), '');
+    const env = Object.entries({ STORE: 'memory', ...run.serverEnv, ...extraEnv })
+      .map(([key, value]) => `${key}=${value}`)
+      .join(' ');
+    lines.push(
+      `### ${run.title}`,
+      '',
+      `Server env: \`${env}\`; ${result.options.durationSec} s per level, ${result.options.warmupWindows} warm-up window(s) left out, rate ${result.options.ratePerSec} edits/s per editor, seed ${result.options.seed}. Chart: [bench-results/${chartFile(run)}](bench-results/${chartFile(run)}).`,
+      '',
+      summaryTable(result),
+      '',
+      `![${run.title}](bench-results/${chartFile(run)})`,
+      '',
+      runDescription(result),
+      '',
+    );
   }
+  const loose = results.find(({ run }) => run.name === 'reference')?.result;
+  const strict = results.find(({ run }) => run.name === 'reference-strict')?.result;
+  if (loose && strict) lines.push(rebaseTable(loose, strict), '');
   lines.push(endMarker);
   const section = lines.join('\n');
   let text = existsSync(file)
@@ -232,6 +223,38 @@ async function updateBenchmarks(
     text = text.replace(/\n*$/, '\n\n') + section + '\n';
   }
   await writeFile(file, text);
+}
+
+/// The two reference runs side by side, level by level: default server / MAX_REBASE_STEPS=0.
+function rebaseTable(loose: SwarmResult, strict: SwarmResult): string {
+  const cell = (a: number | null | undefined, b: number | null | undefined, digits: number) =>
+    `${a == null ? '–' : a.toFixed(digits)} / ${b == null ? '–' : b.toFixed(digits)}`;
+  const rows = [
+    '### Server-side rebasing: default / strict (MAX_REBASE_STEPS=0)',
+    '',
+    '| Editors | Steady RPS | Server p90 (ms) | Server p99 (ms) | Confirmed edits/s | Client p90 (ms) | Client p99 (ms) | Refused | State |',
+    '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :--- |',
+  ];
+  for (const a of loose.levels) {
+    const b = strict.levels.find((level) => level.editors === a.editors);
+    if (!b) continue;
+    rows.push(
+      `| ${a.editors} | ${cell(a.steady.server?.acceptedPerSec, b.steady.server?.acceptedPerSec, 1)} | ${cell(
+        a.steady.server?.p90Ms,
+        b.steady.server?.p90Ms,
+        2,
+      )} | ${cell(a.steady.server?.p99Ms, b.steady.server?.p99Ms, 2)} | ${cell(
+        a.steady.confirmedPerSec,
+        b.steady.confirmedPerSec,
+        1,
+      )} | ${cell(a.steady.latency?.p90Ms, b.steady.latency?.p90Ms, 1)} | ${cell(
+        a.steady.latency?.p99Ms,
+        b.steady.latency?.p99Ms,
+        1,
+      )} | ${cell(a.steady.refusalShare * 100, b.steady.refusalShare * 100, 1)} % | ${a.state} / ${b.state} |`,
+    );
+  }
+  return rows.join('\n');
 }
 
 main().then(

@@ -1,0 +1,120 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { fixed, measuredRun, median, runLine, type MeasuredRun } from './measured_run.js';
+
+// `npm run bench:journal` (issue 3): the latency the write-ahead journal adds to a batch, with
+// group commit. The same load against a fresh server child with the memory store, Redis and
+// the file store, in turn, `--rounds` times. Every run edits new document ids (the simulator
+// puts a timestamp in them), so nothing in the shared Redis is flushed or overwritten; the
+// file store gets a new temporary directory per run, removed afterwards.
+
+const usage = `Usage: npm run bench:journal -- [options]
+
+  --editors N    editors (default 200)
+  --docs D       documents they are spread over (default 20)
+  --duration S   editing seconds per run (default 40; the first 10-s window is warm-up)
+  --rounds N     memory/redis/file rounds (default 3)
+  --redis URL    Redis to journal to (default redis://127.0.0.1:6379)
+  --seed N       seed (default 1)
+  --help         show this text
+`;
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    strict: true,
+    options: {
+      editors: { type: 'string', default: '200' },
+      docs: { type: 'string', default: '20' },
+      duration: { type: 'string', default: '40' },
+      rounds: { type: 'string', default: '3' },
+      redis: { type: 'string', default: 'redis://127.0.0.1:6379' },
+      seed: { type: 'string', default: '1' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  const [editors, docs, durationSec, rounds, seed] = [
+    values.editors,
+    values.docs,
+    values.duration,
+    values.rounds,
+    values.seed,
+  ].map(Number) as [number, number, number, number, number];
+  if (![editors, docs, durationSec, rounds, seed].every((n) => Number.isInteger(n) && n >= 0)) {
+    process.stderr.write('bench:journal: numeric options take whole numbers\n');
+    return 1;
+  }
+  const stores = ['memory', 'redis', 'file'] as const;
+  const runs: Record<(typeof stores)[number], MeasuredRun[]> = { memory: [], redis: [], file: [] };
+  let converged = true;
+  for (let round = 0; round < rounds; round++) {
+    for (const store of stores) {
+      const dir = store === 'file' ? await mkdtemp(join(tmpdir(), 'scriptorium-bench-')) : null;
+      // An empty STORE is ignored by the config, so REDIS_URL or DATA_DIR picks the store.
+      const env: Record<string, string> =
+        store === 'memory'
+          ? { STORE: 'memory' }
+          : store === 'redis'
+            ? { STORE: '', REDIS_URL: values.redis! }
+            : { STORE: '', REDIS_URL: '', DATA_DIR: dir! };
+      try {
+        const run = await measuredRun(`${store}, round ${round + 1}`, env, {
+          levels: [editors],
+          docs,
+          ratePerSec: 5,
+          durationSec,
+          seed,
+        });
+        process.stdout.write(`${runLine(run)}\n`);
+        converged &&= run.converged;
+        runs[store].push(run);
+      } finally {
+        if (dir) await rm(dir, { recursive: true, force: true });
+      }
+    }
+  }
+  const rows = stores.map((store) => {
+    const list = runs[store];
+    const m = (pick: (run: MeasuredRun) => number | null, digits: number) =>
+      fixed(median(list.map(pick)), digits);
+    return `| ${store} | ${m((r) => r.confirmedPerSec, 1)} | ${m((r) => r.serverP50Ms, 2)} | ${m(
+      (r) => r.serverP99Ms,
+      2,
+    )} | ${m((r) => r.persistP99Ms, 2)} | ${m((r) => r.clientP50Ms, 1)} | ${m(
+      (r) => r.clientP99Ms,
+      1,
+    )} | ${m((r) => r.cpuMsPer1000, 0)} | ${list
+      .map((r) => (r.state === 'steady' && r.converged ? 'ok' : r.state))
+      .join(', ')} |`;
+  });
+  process.stdout.write(
+    [
+      '',
+      `${editors} editors over ${docs} documents at 5 edits/s, ${durationSec} s per run, ${rounds} rounds of memory/redis/file; medians over runs (server figures: median over steady windows, then over runs).`,
+      '',
+      '| Store | Confirmed edits/s | Server p50 (ms) | Server p99 (ms) | Persist p99 (ms) | Client p50 (ms) | Client p99 (ms) | Server CPU ms / 1,000 batches | Runs |',
+      '| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :--- |',
+      ...rows,
+      '',
+    ].join('\n'),
+  );
+  return converged ? 0 : 2;
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(
+      `bench:journal: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,150 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { probeServer } from './server_http.js';
+
+/// The server's entry point in the build output, `dist/server/main.js`.
+export const serverEntry = fileURLToPath(new URL('../server/main.js', import.meta.url));
+
+/// A server child process started by `startServerProcess`.
+export interface ServerProcess {
+  url: string;
+  pid: number;
+  /// SIGTERM, then SIGKILL after 15 s; resolves when the child has exited.
+  stop: () => Promise<void>;
+}
+
+/// Starts `node dist/server/main.js` on a free loopback port with STORE=memory and
+/// LOG_LEVEL=warn, overridden by `env` (e.g. `{MAX_REBASE_STEPS: '0'}`, or `{STORE: '',
+/// REDIS_URL: ...}` for another store), and waits for `/healthz`. The child's output goes to
+/// this process's stdout and stderr. Throws when the child does not answer within 15 s.
+export async function startServerProcess(
+  env: Readonly<Record<string, string>> = {},
+): Promise<ServerProcess> {
+  const port = await freePort();
+  const child: ChildProcess = spawn(process.execPath, [serverEntry], {
+    env: {
+      ...process.env,
+      STORE: 'memory',
+      LOG_LEVEL: 'warn',
+      ...env,
+      // The port and host are the harness's, never the caller's: load stays on loopback.
+      PORT: String(port),
+      HOST: '127.0.0.1',
+    },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    try {
+      await probeServer(url, 1000);
+      break;
+    } catch (err) {
+      if (child.exitCode !== null || Date.now() > deadline) {
+        child.kill();
+        throw new Error(`the server child did not come up on ${url}: ${(err as Error).message}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  return {
+    url,
+    pid: child.pid!,
+    stop: async () => {
+      if (child.exitCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/// Parses `KEY=VALUE` strings (as given to `--server-env`) into an object. Throws for an entry
+/// without `=` or with a key that is not an environment variable name.
+export function parseEnvPairs(pairs: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of pairs) {
+    const at = pair.indexOf('=');
+    const key = at > 0 ? pair.slice(0, at) : '';
+    if (!/^[A-Z_][A-Z0-9_]*$/i.test(key)) {
+      throw new Error(`--server-env takes KEY=VALUE, got "${pair}"`);
+    }
+    env[key] = pair.slice(at + 1);
+  }
+  return env;
+}
+
+/// Samples a process's CPU time (user + system, from `/proc/<pid>/stat`) every `everyMs`, so
+/// that the CPU spent between two wall-clock instants can be read afterwards. Linux only: on
+/// other systems, or when the file cannot be read, `cpuMsBetween` returns null.
+export class CpuSampler {
+  private readonly samples: { atMs: number; cpuMs: number }[] = [];
+  private readonly timer: NodeJS.Timeout;
+  private readonly tickMs = 10; // USER_HZ is 100 on every Linux this runs on.
+
+  constructor(
+    private readonly pid: number,
+    everyMs = 250,
+  ) {
+    this.timer = setInterval(() => void this.sample(), everyMs);
+    void this.sample();
+  }
+
+  /// Stops sampling, after one last sample.
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.sample();
+  }
+
+  /// CPU milliseconds the process used from `fromMs` to `toMs` (wall clock, ms since the
+  /// epoch), interpolated between the nearest samples; null when the span is not covered.
+  cpuMsBetween(fromMs: number, toMs: number): number | null {
+    const from = this.at(fromMs);
+    const to = this.at(toMs);
+    return from === null || to === null ? null : to - from;
+  }
+
+  private at(timeMs: number): number | null {
+    const list = this.samples;
+    if (list.length === 0) return null;
+    if (timeMs < list[0]!.atMs || timeMs > list[list.length - 1]!.atMs) return null;
+    for (let i = 1; i < list.length; i++) {
+      const a = list[i - 1]!;
+      const b = list[i]!;
+      if (timeMs <= b.atMs) {
+        const share = b.atMs === a.atMs ? 0 : (timeMs - a.atMs) / (b.atMs - a.atMs);
+        return a.cpuMs + share * (b.cpuMs - a.cpuMs);
+      }
+    }
+    return list[list.length - 1]!.cpuMs;
+  }
+
+  private async sample(): Promise<void> {
+    try {
+      const stat = await readFile(`/proc/${this.pid}/stat`, 'utf8');
+      // Fields after the command name, which is in parentheses and may contain spaces:
+      // utime and stime are fields 14 and 15 of the line, 12 and 13 after the ')'.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const ticks = Number(fields[11]) + Number(fields[12]);
+      this.samples.push({ atMs: Date.now(), cpuMs: ticks * this.tickMs });
+    } catch {
+      // Not Linux, or the process has exited: the span it would have covered reads as null.
+    }
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      probe.close(() => resolve(port));
+    });
+  });
+}
