@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util';
 import { fixed, measuredRun, median, runLine, type MeasuredRun } from './measured_run.js';
 
 // `npm run bench:overhead` (issue 4): what recording metrics costs a loaded server. Each load
-// runs against a fresh server child with METRICS=on, then METRICS=off, and again, `--pairs`
+// runs against a fresh server child with METRICS=on and METRICS=off, in ABBA order, `--pairs`
 // times; the same seed makes every run the same workload. Prints each run and a markdown table
 // of medians, with the median of the per-pair off/on ratios. The goal: under 2% throughput
 // difference and no visible p99 change.
@@ -48,7 +48,11 @@ async function main(): Promise<number> {
     const on: MeasuredRun[] = [];
     const off: MeasuredRun[] = [];
     for (let pair = 0; pair < pairs; pair++) {
-      for (const metrics of ['on', 'off'] as const) {
+      // ABBA order (on, off, off, on, …): whatever favours the first or the second run of a
+      // pair (a cooler machine, the previous child's teardown) falls on both settings alike.
+      // With on always first, an earlier run showed a "cost" that swapped sides when reversed.
+      const order = pair % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const);
+      for (const metrics of order) {
         const run = await measuredRun(
           `${load.name}, METRICS=${metrics}, pair ${pair + 1}`,
           { METRICS: metrics },
