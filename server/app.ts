@@ -5,7 +5,7 @@ import { Server } from 'socket.io';
 import { createMetricsRegistry, MetricsRecorder } from '../metrics/index.js';
 import type { Config } from './config.js';
 import { attachProtocol, type ScriptoriumServer } from './connection.js';
-import { createHttpApp } from './http.js';
+import { createHttpApp, finishHttpApp } from './http.js';
 import { metricsRouter } from './metrics_http.js';
 import type { RoomTransport } from './room.js';
 import { Rooms } from './rooms.js';
@@ -70,6 +70,7 @@ export function createScriptorium(
   });
   app.use(metricsRouter(metrics, createMetricsRegistry(metrics)));
   app.use(createWebRouter());
+  finishHttpApp(app);
   const http = createServer(app);
   io = new Server(http, {
     maxHttpBufferSize: config.maxMessageBytes,

@@ -1,4 +1,4 @@
-import express, { type Express, type Response } from 'express';
+import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import { docIdPattern, errorBody, type ErrorCode } from '../schema/index.js';
 import type { Rooms } from './rooms.js';
 
@@ -57,4 +57,22 @@ export function createHttpApp(context: HttpContext): Express {
   });
 
   return app;
+}
+
+/// Ends the route list: any other path gets a coded 404, and an error thrown by a route (or a
+/// malformed request express refuses) a coded JSON answer instead of express's HTML page.
+/// Mount it after every router.
+export function finishHttpApp(app: Express): void {
+  app.use((req: Request, res: Response) => {
+    sendError(res, 'not-found', `No route for ${req.method} ${req.path}`);
+  });
+  // Express recognises an error handler by its four parameters.
+  app.use((err: unknown, _req: Request, res: Response, next: NextFunction) => {
+    if (res.headersSent) return next(err);
+    const status = (err as { status?: unknown }).status;
+    if (typeof status === 'number' && status >= 400 && status < 500) {
+      return sendError(res, 'bad-request', (err as Error).message);
+    }
+    sendError(res, 'unavailable', 'The server failed to answer this request');
+  });
 }

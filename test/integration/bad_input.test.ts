@@ -204,6 +204,12 @@ describe('bad input gets a coded error and changes nothing', () => {
     const missing = await fetch(`${server.url}/docs/never-seen`);
     assert.equal(missing.status, 404);
     assert.equal(((await missing.json()) as { code: string }).code, 'not-found');
+    const unknown = await fetch(`${server.url}/no/such/route`);
+    assert.equal(unknown.status, 404);
+    assert.equal(((await unknown.json()) as { code: string }).code, 'not-found');
+    const badEncoding = await fetch(`${server.url}/docs/%E0%A4%A`);
+    assert.equal(badEncoding.status, 400);
+    assert.equal(((await badEncoding.json()) as { code: string }).code, 'bad-request');
     const malformed = await fetch(`${server.url}/docs/${'x'.repeat(200)}`);
     assert.equal(malformed.status, 400);
     assert.equal(((await malformed.json()) as { code: string }).code, 'bad-document-id');
