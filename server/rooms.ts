@@ -54,11 +54,6 @@ export class Rooms {
     return this.rooms.size;
   }
 
-  /// Every room held now.
-  all(): IterableIterator<Room> {
-    return this.rooms.values();
-  }
-
   /// The loaded room of `docId`, if any, without loading.
   peek(docId: string): Room | undefined {
     return this.rooms.get(docId);

@@ -3,10 +3,10 @@ import { mkdir } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser } from 'playwright-core';
 import { EditorState } from 'prosemirror-state';
-import { io } from 'socket.io-client';
 import { emptyDoc } from '../../schema/index.js';
 import { artifacts, launchChromium } from '../support/browser.js';
 import { startServerWithFakeClock } from '../support/server.js';
+import { ask, rawSocket } from '../support/socket.js';
 
 describe('the dashboard in a browser', () => {
   let server: Awaited<ReturnType<typeof startServerWithFakeClock>>;
@@ -23,14 +23,8 @@ describe('the dashboard in a browser', () => {
   });
 
   it('plots the closed windows as line charts', async () => {
-    const socket = io(server.url, {
-      transports: ['websocket'],
-      forceNew: true,
-      query: { doc: 'dash' },
-      auth: { clientID: 'd' },
-    });
-    const emit = (event: string, payload: unknown) =>
-      new Promise<{ ok: boolean }>((resolve) => socket.emit(event, payload, resolve));
+    const socket = rawSocket(server.url, 'dash', 'd');
+    const emit = (event: string, payload: unknown) => ask<{ ok: boolean }>(socket, event, payload);
     try {
       await emit('join', {});
       let doc = emptyDoc();

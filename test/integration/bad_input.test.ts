@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
-import { io, type Socket } from 'socket.io-client';
+import type { Socket } from 'socket.io-client';
 import {
   emptyDoc,
   errors,
@@ -10,26 +10,15 @@ import {
   type SyncAnswer,
 } from '../../schema/index.js';
 import { startServer, type TestServer } from '../support/server.js';
+import { ask, rawSocket } from '../support/socket.js';
 
 const validStep = EditorState.create({ doc: emptyDoc() }).tr.insertText('hi', 1).steps[0]!.toJSON();
-
-function connect(
-  url: string,
-  query: Record<string, string>,
-  auth: Record<string, unknown>,
-): Socket {
-  return io(url, { transports: ['websocket'], reconnection: false, forceNew: true, query, auth });
-}
 
 function connectError(socket: Socket): Promise<{ message: string; data?: { code: string } }> {
   return new Promise((resolve, reject) => {
     socket.once('connect', () => reject(new Error('connected')));
     socket.once('connect_error', (err) => resolve(err as Error & { data?: { code: string } }));
   });
-}
-
-function emit<T>(socket: Socket, event: string, ...args: unknown[]): Promise<T> {
-  return new Promise((resolve) => socket.emit(event, ...args, resolve));
 }
 
 /// Asserts that an answer is a refusal with `code`, in the shape of the error table.
@@ -68,7 +57,7 @@ describe('bad input gets a coded error and changes nothing', () => {
       [{ doc: 'ok' }, { clientID: 'a', readOnly: 'yes' }, 'bad-request'],
     ];
     for (const [query, auth, code] of cases) {
-      const socket = connect(server.url, query, auth);
+      const socket = rawSocket(server.url, query, auth);
       const err = await connectError(socket);
       socket.close();
       assert.equal(err.data?.code, code, JSON.stringify({ query, auth }));
@@ -78,29 +67,29 @@ describe('bad input gets a coded error and changes nothing', () => {
 
   it('refuses malformed join, pull and steps payloads with their codes', async () => {
     const docId = 'bad-input';
-    const socket = connect(server.url, { doc: docId }, { clientID: 'bad' });
+    const socket = rawSocket(server.url, { doc: docId }, { clientID: 'bad' });
     try {
       assertRefused(
-        await emit(socket, 'steps', { version: 0, steps: [validStep] }),
+        await ask(socket, 'steps', { version: 0, steps: [validStep] }),
         'bad-request',
         'steps before join',
       );
-      assertRefused(await emit(socket, 'pull', {}), 'bad-request', 'pull before join');
+      assertRefused(await ask(socket, 'pull', {}), 'bad-request', 'pull before join');
       assertRefused(
-        await emit(socket, 'join', { version: 'x' }),
+        await ask(socket, 'join', { version: 'x' }),
         'bad-request',
         'join with a string version',
       );
-      assertRefused(await emit(socket, 'join', [1]), 'bad-request', 'join with an array');
+      assertRefused(await ask(socket, 'join', [1]), 'bad-request', 'join with an array');
       assertRefused(
-        await emit(socket, 'join', { epoch: 7 }),
+        await ask(socket, 'join', { epoch: 7 }),
         'bad-request',
         'join with a numeric epoch',
       );
-      const joined = await emit<SyncAnswer>(socket, 'join', {});
+      const joined = await ask<SyncAnswer>(socket, 'join', {});
       assert.equal(joined.ok, true);
       assertRefused(
-        await emit(socket, 'pull', { version: -1 }),
+        await ask(socket, 'pull', { version: -1 }),
         'bad-request',
         'pull with a negative version',
       );
@@ -145,7 +134,7 @@ describe('bad input gets a coded error and changes nothing', () => {
         [{ version: 7, steps: [validStep] }, 'history-gone', 'a version ahead of the server'],
       ];
       for (const [payload, code, what] of cases) {
-        assertRefused(await emit(socket, 'steps', payload), code, what);
+        assertRefused(await ask(socket, 'steps', payload), code, what);
       }
 
       // Nothing of the above changed the document.
@@ -155,7 +144,7 @@ describe('bad input gets a coded error and changes nothing', () => {
       assert.deepEqual(served.doc, emptyDoc().toJSON());
 
       // And the socket is still usable: a valid batch goes through.
-      const accepted = await emit<StepsAnswer>(socket, 'steps', { version: 0, steps: [validStep] });
+      const accepted = await ask<StepsAnswer>(socket, 'steps', { version: 0, steps: [validStep] });
       assert.deepEqual(accepted, { ok: true, version: 1 });
     } finally {
       socket.close();
@@ -163,7 +152,7 @@ describe('bad input gets a coded error and changes nothing', () => {
   });
 
   it('reports events without an acknowledgement, and unknown events, as protocol errors', async () => {
-    const socket = connect(server.url, { doc: 'protocol-errors' }, { clientID: 'p' });
+    const socket = rawSocket(server.url, { doc: 'protocol-errors' }, { clientID: 'p' });
     try {
       const errorsSeen: { code: string; event: string }[] = [];
       socket.on('protocol-error', (error: { code: string; event: string }) =>
@@ -172,7 +161,7 @@ describe('bad input gets a coded error and changes nothing', () => {
       await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
       socket.emit('steps', { version: 0, steps: [validStep] });
       socket.emit('delete-everything', {});
-      await emit(socket, 'join', {});
+      await ask(socket, 'join', {});
       assert.deepEqual(errorsSeen.map((error) => `${error.event}:${error.code}`).sort(), [
         'delete-everything:bad-request',
         'steps:bad-request',
@@ -187,11 +176,11 @@ describe('bad input gets a coded error and changes nothing', () => {
   });
 
   it('refuses steps from a read-only socket with forbidden', async () => {
-    const socket = connect(server.url, { doc: 'read-only' }, { clientID: 'r', readOnly: true });
+    const socket = rawSocket(server.url, { doc: 'read-only' }, { clientID: 'r', readOnly: true });
     try {
-      assert.equal((await emit<SyncAnswer>(socket, 'join', {})).ok, true);
+      assert.equal((await ask<SyncAnswer>(socket, 'join', {})).ok, true);
       assertRefused(
-        await emit(socket, 'steps', { version: 0, steps: [validStep] }),
+        await ask(socket, 'steps', { version: 0, steps: [validStep] }),
         'forbidden',
         'read-only',
       );

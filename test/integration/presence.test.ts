@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { io, type Socket } from 'socket.io-client';
+import type { Socket } from 'socket.io-client';
 import type { PresenceBroadcast, PresenceUpdate, SyncAnswer } from '../../schema/index.js';
 import { startServer, type TestServer } from '../support/server.js';
+import { rawSocket } from '../support/socket.js';
 import { waitFor } from '../support/wait.js';
 
 /// A raw socket that records every presence event it receives.
@@ -14,13 +15,7 @@ interface Peer {
 }
 
 async function peer(url: string, docId: string, clientID: string, join = true): Promise<Peer> {
-  const socket = io(url, {
-    transports: ['websocket'],
-    reconnection: false,
-    forceNew: true,
-    query: { doc: docId },
-    auth: { clientID },
-  });
+  const socket = rawSocket(url, docId, clientID);
   const result: Peer = { socket, presences: [], leaves: [], errors: [] };
   socket.on('presence', (presence: PresenceBroadcast) => result.presences.push(presence));
   socket.on('presence-leave', (leave: { clientID: string }) => result.leaves.push(leave.clientID));

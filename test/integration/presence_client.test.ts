@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { io } from 'socket.io-client';
 import { Presence, remoteCursors, type CollabClient } from '../../client/index.js';
 import type { SyncAnswer } from '../../schema/index.js';
 import { openEditor } from '../support/editors.js';
 import { startServer, type TestServer } from '../support/server.js';
+import { rawSocket } from '../support/socket.js';
 import { waitFor } from '../support/wait.js';
 
 /// A headless editor with the presence plugin wired as the browser editor wires it.
@@ -32,13 +32,7 @@ describe('presence in the client', () => {
     const docId = 'presence-client-old';
     const viewer = editorWithPresence(server.url, docId, 'Viewer');
     const writer = editorWithPresence(server.url, docId, 'Writer');
-    const raw = io(server.url, {
-      transports: ['websocket'],
-      reconnection: false,
-      forceNew: true,
-      query: { doc: docId },
-      auth: { clientID: 'raw' },
-    });
+    const raw = rawSocket(server.url, docId, 'raw');
     try {
       await Promise.all([viewer.ready(), writer.ready()]);
       await new Promise<SyncAnswer>((resolve) => raw.emit('join', {}, resolve));

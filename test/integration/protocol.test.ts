@@ -1,23 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
-import { io, type Socket } from 'socket.io-client';
 import { emptyDoc, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
 import { startServer, type TestServer } from '../support/server.js';
-
-function connect(url: string, doc: string, clientID: string): Socket {
-  return io(url, {
-    transports: ['websocket'],
-    reconnection: false,
-    forceNew: true,
-    query: { doc },
-    auth: { clientID },
-  });
-}
-
-function emit<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
-  return new Promise((resolve) => socket.emit(event, payload, resolve));
-}
+import { ask, rawSocket } from '../support/socket.js';
 
 function typing(text: string, at: number, doc = emptyDoc()) {
   return EditorState.create({ doc })
@@ -35,33 +21,33 @@ describe('protocol', () => {
   });
 
   it('join answers the document, or the steps since a version, and pull answers the same', async () => {
-    const a = connect(server.url, 'joins', 'a');
-    const b = connect(server.url, 'joins', 'b');
+    const a = rawSocket(server.url, 'joins', 'a');
+    const b = rawSocket(server.url, 'joins', 'b');
     try {
-      const first = await emit<SyncAnswer>(a, 'join', {});
+      const first = await ask<SyncAnswer>(a, 'join', {});
       assert.ok(first.ok && 'doc' in first);
       assert.equal(first.version, 0);
       assert.deepEqual(first.doc, emptyDoc().toJSON());
       const epoch = first.epoch;
-      assert.deepEqual(await emit(a, 'steps', { version: 0, steps: typing('one', 1) }), {
+      assert.deepEqual(await ask(a, 'steps', { version: 0, steps: typing('one', 1) }), {
         ok: true,
         version: 1,
       });
 
-      const bySteps = await emit<SyncAnswer>(b, 'join', { version: 0, epoch });
+      const bySteps = await ask<SyncAnswer>(b, 'join', { version: 0, epoch });
       assert.ok(bySteps.ok && 'steps' in bySteps);
       assert.equal(bySteps.version, 1);
       assert.deepEqual(bySteps.clientIDs, ['a']);
       assert.equal(bySteps.steps.length, 1);
 
-      const otherEpoch = await emit<SyncAnswer>(b, 'pull', {
+      const otherEpoch = await ask<SyncAnswer>(b, 'pull', {
         version: 0,
         epoch: 'another-history',
       });
       assert.ok(otherEpoch.ok && 'doc' in otherEpoch, 'another epoch gets the whole document');
-      const ahead = await emit<SyncAnswer>(b, 'pull', { version: 50, epoch });
+      const ahead = await ask<SyncAnswer>(b, 'pull', { version: 50, epoch });
       assert.ok(ahead.ok && 'doc' in ahead, 'a version beyond the history gets the whole document');
-      const pulled = await emit<SyncAnswer>(b, 'pull', { version: 0, epoch });
+      const pulled = await ask<SyncAnswer>(b, 'pull', { version: 0, epoch });
       assert.deepEqual(pulled, bySteps);
     } finally {
       a.close();
@@ -70,16 +56,16 @@ describe('protocol', () => {
   });
 
   it('sends every accepted step to every socket, the sender first sees the broadcast, then the ack', async () => {
-    const a = connect(server.url, 'order', 'a');
-    const b = connect(server.url, 'order', 'b');
+    const a = rawSocket(server.url, 'order', 'a');
+    const b = rawSocket(server.url, 'order', 'b');
     try {
-      await emit(a, 'join', {});
-      await emit(b, 'join', {});
+      await ask(a, 'join', {});
+      await ask(b, 'join', {});
       const seenByA: string[] = [];
       const seenByB: unknown[] = [];
       a.on('steps', (message: { version: number }) => seenByA.push(`steps@${message.version}`));
       b.on('steps', (message: unknown) => seenByB.push(message));
-      const answer = await emit<StepsAnswer>(a, 'steps', { version: 0, steps: typing('hi', 1) });
+      const answer = await ask<StepsAnswer>(a, 'steps', { version: 0, steps: typing('hi', 1) });
       seenByA.push(`ack@${answer.ok ? answer.version : answer.code}`);
       assert.deepEqual(seenByA, ['steps@1', 'ack@1']);
       await new Promise((resolve) => setTimeout(resolve, 50));
@@ -87,10 +73,10 @@ describe('protocol', () => {
       assert.deepEqual((seenByB[0] as { clientIDs: string[] }).clientIDs, ['a']);
 
       // Made at version 0, after a's step: rebased over it and accepted.
-      const rebased = await emit<StepsAnswer>(b, 'steps', { version: 0, steps: typing('x', 1) });
+      const rebased = await ask<StepsAnswer>(b, 'steps', { version: 0, steps: typing('x', 1) });
       assert.deepEqual(rebased, { ok: true, version: 2 });
       // The same batch again from b, made before b saw its own: a resend, refused as stale.
-      const stale = await emit<StepsAnswer>(b, 'steps', { version: 0, steps: typing('x', 1) });
+      const stale = await ask<StepsAnswer>(b, 'steps', { version: 0, steps: typing('x', 1) });
       assert.equal(stale.ok, false);
       assert.equal(!stale.ok && stale.code, 'stale');
       assert.equal(!stale.ok && stale.version, 2, 'stale names the version to wait for');
@@ -101,11 +87,11 @@ describe('protocol', () => {
   });
 
   it('batches arriving in one turn share one broadcast, in order, with no gap', async () => {
-    const sender = connect(server.url, 'group', 's');
-    const watcher = connect(server.url, 'group', 'w');
+    const sender = rawSocket(server.url, 'group', 's');
+    const watcher = rawSocket(server.url, 'group', 'w');
     try {
-      await emit(sender, 'join', {});
-      await emit(watcher, 'join', {});
+      await ask(sender, 'join', {});
+      await ask(watcher, 'join', {});
       const versions: number[] = [];
       let steps = 0;
       watcher.on('steps', (message: { version: number; steps: unknown[] }) => {
@@ -118,7 +104,7 @@ describe('protocol', () => {
         const state = EditorState.create({ doc });
         const tr = state.tr.insertText('x', 1);
         answers.push(
-          emit<StepsAnswer>(sender, 'steps', {
+          ask<StepsAnswer>(sender, 'steps', {
             version: i,
             steps: tr.steps.map((s) => s.toJSON()),
           }),

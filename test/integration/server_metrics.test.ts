@@ -1,13 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
-import { io, type Socket } from 'socket.io-client';
 import { emptyDoc } from '../../schema/index.js';
 import { startServerWithFakeClock } from '../support/server.js';
-
-function emit<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
-  return new Promise((resolve) => socket.emit(event, payload, resolve));
-}
+import { ask, rawSocket } from '../support/socket.js';
 
 describe('the server records every steps message in its metrics', () => {
   let server: Awaited<ReturnType<typeof startServerWithFakeClock>>;
@@ -19,19 +15,14 @@ describe('the server records every steps message in its metrics', () => {
   });
 
   it('counts accepted batches, steps and refusals by code, and exposes them as windows and Prometheus', async () => {
-    const socket = io(server.url, {
-      transports: ['websocket'],
-      forceNew: true,
-      query: { doc: 'measured' },
-      auth: { clientID: 'm' },
-    });
+    const socket = rawSocket(server.url, 'measured', 'm');
     try {
-      await emit(socket, 'join', {});
+      await ask(socket, 'join', {});
       let doc = emptyDoc();
       for (let version = 0; version < 5; version++) {
         const tr = EditorState.create({ doc }).tr.insertText('ab', 1).insertText('c', 1);
         doc = tr.doc;
-        const answer = await emit<{ ok: boolean }>(socket, 'steps', {
+        const answer = await ask<{ ok: boolean }>(socket, 'steps', {
           version: version * 2,
           steps: tr.steps.map((step) => step.toJSON()),
         });
@@ -40,8 +31,8 @@ describe('the server records every steps message in its metrics', () => {
       const stale = EditorState.create({ doc: emptyDoc() })
         .tr.insertText('x', 1)
         .steps[0]!.toJSON();
-      await emit(socket, 'steps', { version: 0, steps: [stale] });
-      await emit(socket, 'steps', { version: 'nope', steps: [] });
+      await ask(socket, 'steps', { version: 0, steps: [stale] });
+      await ask(socket, 'steps', { version: 'nope', steps: [] });
 
       assert.equal(server.advance(10_000), 1);
       const response = await fetch(`${server.url}/metrics/windows?last=1`);
