@@ -31,7 +31,8 @@ export const errors = {
     retryable: false,
   },
   'bad-document-id': {
-    message: 'The document id must be 1–128 characters of A-Z a-z 0-9 . _ : -',
+    message:
+      'The document id must be one id of 1–128 characters of A-Z a-z 0-9 . _ : -, not . or ..',
     retryable: false,
   },
   'bad-client-id': {
@@ -46,6 +47,38 @@ export const errors = {
     message: 'The server is restarting: reconnect in a moment',
     retryable: true,
   },
+  'too-deep': {
+    message: 'The message or the document it would produce is nested deeper than the server allows',
+    retryable: false,
+  },
+  'rate-limited': {
+    message: 'Too many requests: wait for retryAfterMs and send again',
+    retryable: true,
+  },
+  'slow-consumer': {
+    message: 'This connection did not read what the server sent in time: reconnect to catch up',
+    retryable: true,
+  },
+  'too-many-connections': {
+    message: 'Too many connections from this address or for this client id',
+    retryable: true,
+  },
+  'too-many-documents': {
+    message: 'The server holds as many documents as it may: try again later',
+    retryable: true,
+  },
+  'too-many-errors': {
+    message: 'This connection sent too many malformed messages and was closed',
+    retryable: false,
+  },
+  corrupt: {
+    message: 'The stored document cannot be read; it is quarantined until an operator repairs it',
+    retryable: false,
+  },
+  internal: {
+    message: 'The server failed while serving this document and dropped its copy: reconnect',
+    retryable: true,
+  },
 } as const satisfies Record<string, { message: string; retryable: boolean }>;
 
 /// One of the codes in `errors`.
@@ -56,13 +89,18 @@ export interface ErrorBody {
   code: ErrorCode;
   message: string;
   retryable: boolean;
+  /// With `rate-limited` (and other retryable refusals where the server knows): how long to
+  /// wait before sending again, in milliseconds.
+  retryAfterMs?: number;
 }
 
 /// Builds the wire form of an error. `detail` replaces the table's generic message when the
 /// caller knows more (which step failed and why, say).
-export function errorBody(code: ErrorCode, detail?: string): ErrorBody {
+export function errorBody(code: ErrorCode, detail?: string, retryAfterMs?: number): ErrorBody {
   const entry = errors[code];
-  return { code, message: detail ?? entry.message, retryable: entry.retryable };
+  const body: ErrorBody = { code, message: detail ?? entry.message, retryable: entry.retryable };
+  if (retryAfterMs !== undefined) body.retryAfterMs = retryAfterMs;
+  return body;
 }
 
 /// True for strings that are codes of the table: clients use it to narrow what they receive.

@@ -13,8 +13,8 @@ export interface DocJSON {
 }
 
 /// Document ids: 1–128 characters of `A-Z a-z 0-9 . _ : -` (safe in URLs, Redis keys and file
-/// names alike).
-export const docIdPattern = /^[A-Za-z0-9._:-]{1,128}$/;
+/// names alike), except `.` and `..`, which name directories in a path.
+export const docIdPattern = /^(?!\.\.?$)[A-Za-z0-9._:-]{1,128}$/;
 
 /// Client ids: 1–64 characters of the same alphabet. Chosen by the client and stable for one
 /// editor session across reconnects, so that prosemirror-collab can recognise its own steps.
@@ -40,6 +40,8 @@ export interface ErrorAnswer {
   message: string;
   retryable: boolean;
   version?: number;
+  /// With `rate-limited`: wait this long before sending again.
+  retryAfterMs?: number;
 }
 
 /// `join` and `pull` requests. Without `version` (or with an `epoch` other than the server's)

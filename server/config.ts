@@ -1,3 +1,5 @@
+import { isIP } from 'node:net';
+
 /// Everything the server can be told, with units in the names. Built once by `loadConfig`,
 /// validated and frozen; nothing else reads `process.env`.
 export interface Config {
@@ -9,10 +11,43 @@ export interface Config {
   /// 'memory' keeps documents in this process only (tests, demos).
   store: 'auto' | 'memory';
   maxHistorySteps: number;
+  /// Recent steps kept per document are also cut to this many bytes (of their JSON).
+  maxHistoryBytes: number;
   maxStepsPerBatch: number;
+  /// Largest document in ProseMirror positions (`Node.nodeSize`).
   maxDocSize: number;
+  /// Largest document in bytes of its JSON, checked after every step of a batch.
+  maxDocBytes: number;
+  /// Deepest document: nodes inside nodes, counting the top node as depth 0.
+  maxDocDepth: number;
+  /// Longest attribute string (a link's href, an image's src), in UTF-16 code units.
+  maxAttributeBytes: number;
+  /// A batch that takes longer than this to validate and apply is refused (`too-large`): a
+  /// backstop under the size limits, so no single message holds the event loop for long.
+  maxApplyMs: number;
   maxRebaseSteps: number;
   maxMessageBytes: number;
+  /// Deepest JSON nesting (objects and arrays) accepted in any message, checked before use.
+  maxJsonDepth: number;
+  /// Bytes the server may have queued for one socket before it is dropped (`slow-consumer`).
+  maxSocketBufferBytes: number;
+  /// Token buckets per socket: `steps` batches, and `join`/`pull` requests (0 = no limit).
+  batchesPerSecond: number;
+  batchesBurst: number;
+  pullsPerSecond: number;
+  pullsBurst: number;
+  /// Caps per client address and per client id (0 = no limit).
+  maxConnectionsPerIp: number;
+  maxSocketsPerClient: number;
+  /// New documents one client address may create per minute (0 = no limit).
+  newDocumentsPerMinute: number;
+  /// Documents held in memory; the least recently used idle one is unloaded to make room.
+  maxLoadedDocuments: number;
+  /// Malformed messages one socket may send before it is closed (`too-many-errors`).
+  maxProtocolErrors: number;
+  /// Proxies whose `X-Forwarded-For` is believed (addresses, CIDR ranges, or `loopback`,
+  /// `linklocal`, `uniquelocal`); empty: the peer address is the client's.
+  trustProxy: string[];
   snapshotEverySteps: number;
   snapshotEveryMs: number;
   idleUnloadMs: number;
@@ -30,10 +65,27 @@ export const defaults: Readonly<Config> = Object.freeze({
   dataDir: './data',
   store: 'auto',
   maxHistorySteps: 10_000,
+  maxHistoryBytes: 8 * 1024 * 1024,
   maxStepsPerBatch: 1_000,
   maxDocSize: 4_000_000,
+  maxDocBytes: 8 * 1024 * 1024,
+  maxDocDepth: 48,
+  maxAttributeBytes: 256 * 1024,
+  maxApplyMs: 20,
   maxRebaseSteps: 1_000,
-  maxMessageBytes: 4 * 1024 * 1024,
+  maxMessageBytes: 1024 * 1024,
+  maxJsonDepth: 128,
+  maxSocketBufferBytes: 16 * 1024 * 1024,
+  batchesPerSecond: 50,
+  batchesBurst: 100,
+  pullsPerSecond: 10,
+  pullsBurst: 20,
+  maxConnectionsPerIp: 2_000,
+  maxSocketsPerClient: 8,
+  newDocumentsPerMinute: 300,
+  maxLoadedDocuments: 2_000,
+  maxProtocolErrors: 20,
+  trustProxy: [],
   snapshotEverySteps: 500,
   snapshotEveryMs: 30_000,
   idleUnloadMs: 30_000,
@@ -51,10 +103,27 @@ export const environment = {
   DATA_DIR: 'dataDir',
   STORE: 'store',
   MAX_HISTORY_STEPS: 'maxHistorySteps',
+  MAX_HISTORY_BYTES: 'maxHistoryBytes',
   MAX_STEPS_PER_BATCH: 'maxStepsPerBatch',
   MAX_DOC_SIZE: 'maxDocSize',
+  MAX_DOC_BYTES: 'maxDocBytes',
+  MAX_DOC_DEPTH: 'maxDocDepth',
+  MAX_ATTRIBUTE_BYTES: 'maxAttributeBytes',
+  MAX_APPLY_MS: 'maxApplyMs',
   MAX_REBASE_STEPS: 'maxRebaseSteps',
   MAX_MESSAGE_BYTES: 'maxMessageBytes',
+  MAX_JSON_DEPTH: 'maxJsonDepth',
+  MAX_SOCKET_BUFFER_BYTES: 'maxSocketBufferBytes',
+  BATCHES_PER_SECOND: 'batchesPerSecond',
+  BATCHES_BURST: 'batchesBurst',
+  PULLS_PER_SECOND: 'pullsPerSecond',
+  PULLS_BURST: 'pullsBurst',
+  MAX_CONNECTIONS_PER_IP: 'maxConnectionsPerIp',
+  MAX_SOCKETS_PER_CLIENT: 'maxSocketsPerClient',
+  NEW_DOCUMENTS_PER_MINUTE: 'newDocumentsPerMinute',
+  MAX_LOADED_DOCUMENTS: 'maxLoadedDocuments',
+  MAX_PROTOCOL_ERRORS: 'maxProtocolErrors',
+  TRUST_PROXY: 'trustProxy',
   SNAPSHOT_EVERY_STEPS: 'snapshotEverySteps',
   SNAPSHOT_EVERY_MS: 'snapshotEveryMs',
   IDLE_UNLOAD_MS: 'idleUnloadMs',
@@ -75,10 +144,28 @@ export class ConfigError extends Error {
 const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   port: [0, 65_535],
   maxHistorySteps: [1, 10_000_000],
+  maxHistoryBytes: [1024, 1024 * 1024 * 1024],
   maxStepsPerBatch: [1, 100_000],
   maxDocSize: [16, 1_000_000_000],
+  maxDocBytes: [1024, 256 * 1024 * 1024],
+  // Past a few hundred levels prosemirror-model's recursive toJSON/fromJSON/check could
+  // overflow the stack: the cap keeps every recursion over a document far from it.
+  maxDocDepth: [4, 200],
+  maxAttributeBytes: [64, 64 * 1024 * 1024],
+  maxApplyMs: [1, 60_000],
   maxRebaseSteps: [0, 1_000_000],
-  maxMessageBytes: [1024, 1024 * 1024 * 1024],
+  maxMessageBytes: [1024, 256 * 1024 * 1024],
+  maxJsonDepth: [8, 500],
+  maxSocketBufferBytes: [64 * 1024, 1024 * 1024 * 1024],
+  batchesPerSecond: [0, 1_000_000],
+  batchesBurst: [1, 1_000_000],
+  pullsPerSecond: [0, 1_000_000],
+  pullsBurst: [1, 1_000_000],
+  maxConnectionsPerIp: [0, 10_000_000],
+  maxSocketsPerClient: [0, 1_000_000],
+  newDocumentsPerMinute: [0, 10_000_000],
+  maxLoadedDocuments: [1, 10_000_000],
+  maxProtocolErrors: [1, 1_000_000],
   snapshotEverySteps: [1, 10_000_000],
   snapshotEveryMs: [100, 86_400_000],
   idleUnloadMs: [0, 86_400_000],
@@ -113,6 +200,12 @@ function parseEnv(name: string, field: keyof Config, raw: string): unknown {
   if (field in integerRanges) {
     if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
     return Number(raw);
+  }
+  if (field === 'trustProxy') {
+    return raw
+      .split(',')
+      .map((part) => part.trim())
+      .filter((part) => part !== '');
   }
   if (field === 'metricsEnabled') {
     if (raw === 'on' || raw === 'true' || raw === '1') return true;
@@ -149,4 +242,33 @@ function validate(config: Config): void {
   if (typeof config.metricsEnabled !== 'boolean') {
     throw new ConfigError('metricsEnabled must be true or false');
   }
+  if (!Array.isArray(config.trustProxy) || !config.trustProxy.every(isProxyAddress)) {
+    throw new ConfigError(
+      'TRUST_PROXY must be a comma list of addresses, CIDR ranges, loopback, linklocal or uniquelocal',
+    );
+  }
+  // A whole document must fit in one socket's buffer (the answer to a join), and its largest
+  // attribute in one message.
+  if (config.maxSocketBufferBytes < config.maxDocBytes) {
+    throw new ConfigError(
+      `maxSocketBufferBytes (${config.maxSocketBufferBytes}) must be at least maxDocBytes (${config.maxDocBytes})`,
+    );
+  }
+  if (config.maxJsonDepth < 2 * config.maxDocDepth + 8) {
+    throw new ConfigError(
+      `maxJsonDepth (${config.maxJsonDepth}) must be at least 2 × maxDocDepth + 8 (${2 * config.maxDocDepth + 8}), or a document could not be sent whole`,
+    );
+  }
+}
+
+const namedRanges = new Set(['loopback', 'linklocal', 'uniquelocal']);
+
+function isProxyAddress(value: unknown): boolean {
+  if (typeof value !== 'string') return false;
+  if (namedRanges.has(value)) return true;
+  const [address, bits, extra] = value.split('/');
+  if (extra !== undefined || address === undefined || isIP(address) === 0) return false;
+  if (bits === undefined) return true;
+  const max = isIP(address) === 4 ? 32 : 128;
+  return /^\d+$/.test(bits) && Number(bits) <= max;
 }
