@@ -21,6 +21,10 @@ const limits = {
   maxHistorySteps: 10_000,
   maxStepsPerBatch: 1000,
   maxDocSize: 100_000_000,
+  maxHistoryBytes: 1024 * 1024 * 1024,
+  maxDocBytes: 256 * 1024 * 1024,
+  maxDocDepth: 48,
+  maxApplyMs: 60_000,
   maxRebaseSteps: 1000,
 };
 console.log(`node ${process.version}`);

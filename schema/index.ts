@@ -2,3 +2,4 @@ export * from './schema.js';
 export * from './errors.js';
 export * from './events.js';
 export * from './rebase.js';
+export * from './url.js';

@@ -19,14 +19,10 @@ export interface Rebased {
 /// to move its own pending steps when the server rebased a batch differently. Both ends must
 /// compute the same thing, so it lives here, beside the schema they share.
 export function rebaseSteps(steps: readonly Step[], over: readonly StepMap[], doc: Node): Rebased {
-  const mapping = new Mapping();
-  for (let i = steps.length - 1; i >= 0; i--) mapping.appendMap(steps[i]!.getMap().invert());
-  for (let i = 0; i < over.length; i++) mapping.appendMap(over[i]!);
+  const rebaser = new StepRebaser(steps, over);
   const result: Step[] = [];
-  let mapFrom = steps.length;
   for (let i = 0; i < steps.length; i++) {
-    const mapped = steps[i]!.map(mapping.slice(mapFrom));
-    mapFrom--;
+    const mapped = rebaser.map(steps[i]!);
     if (!mapped) continue;
     let applied: Node | null;
     try {
@@ -37,10 +33,40 @@ export function rebaseSteps(steps: readonly Step[], over: readonly StepMap[], do
     }
     if (!applied) continue;
     doc = applied;
-    // Mirror the rebased step with the inverse of its original, so that later steps of the
-    // batch map through the pair without losing positions in what this step inserted.
-    mapping.appendMap(mapped.getMap(), mapFrom);
+    rebaser.applied(mapped);
     result.push(mapped);
   }
   return { steps: result, doc };
+}
+
+/// The mapping half of `rebaseSteps`, one step at a time, for callers that apply and check
+/// each mapped step themselves (the server, which refuses a rebased batch whole rather than
+/// dropping steps). Call `map` for each step of the batch in order, and `applied` for each
+/// mapped step that was applied.
+export class StepRebaser {
+  private readonly mapping: Mapping;
+  private mapFrom: number;
+
+  /// `steps` is the whole batch, `over` the maps of the steps it is rebased over.
+  constructor(steps: readonly Step[], over: readonly StepMap[]) {
+    this.mapping = new Mapping();
+    for (let i = steps.length - 1; i >= 0; i--) this.mapping.appendMap(steps[i]!.getMap().invert());
+    for (let i = 0; i < over.length; i++) this.mapping.appendMap(over[i]!);
+    this.mapFrom = steps.length;
+  }
+
+  /// Maps the batch's next step; null when what it changed was deleted by the steps it is
+  /// rebased over.
+  map(step: Step): Step | null {
+    const mapped = step.map(this.mapping.slice(this.mapFrom));
+    this.mapFrom--;
+    return mapped;
+  }
+
+  /// Records that `mapped` (the last result of `map`) was applied.
+  applied(mapped: Step): void {
+    // Mirror the rebased step with the inverse of its original, so that later steps of the
+    // batch map through the pair without losing positions in what this step inserted.
+    this.mapping.appendMap(mapped.getMap(), this.mapFrom);
+  }
 }

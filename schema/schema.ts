@@ -1,11 +1,27 @@
 import { Schema, type MarkSpec, type Node } from 'prosemirror-model';
 import { marks as basicMarks, nodes as basicNodes } from 'prosemirror-schema-basic';
-import { addListNodes } from 'prosemirror-schema-list';
+import { addListNodes, orderedList } from 'prosemirror-schema-list';
+import { isSafeImageUrl, isSafeLinkUrl } from './url.js';
 
 /// Bumped whenever a change to the schema could make a stored document or step unreadable.
 /// Snapshots record it so that a server can refuse (rather than corrupt) data written by
 /// another schema.
 export const schemaVersion = 1;
+
+// Links open in a new context without a window.opener or a Referer: the document's author
+// is not necessarily trusted by its reader.
+const link: MarkSpec = {
+  ...basicMarks.link,
+  attrs: {
+    href: { validate: safeLinkUrl },
+    title: { default: null, validate: stringOrNull('link title') },
+  },
+  toDOM(mark) {
+    const { href, title } = mark.attrs;
+    const safe = typeof href === 'string' && isSafeLinkUrl(href) ? href : null;
+    return ['a', { href: safe, title, rel: 'noopener noreferrer nofollow' }, 0];
+  },
+};
 
 const strike: MarkSpec = {
   parseDOM: [
@@ -17,28 +33,53 @@ const strike: MarkSpec = {
   toDOM: () => ['s', 0],
 };
 
+/// Validators for attribute values. prosemirror-model runs them when a node or mark is made
+/// from JSON and in `Node.check()`, so a step carrying a value no editor could have made (a
+/// heading level 9, an object where a string belongs, a `javascript:` URL) is refused before
+/// it is stored. Lengths are bounded by the server's configurable attribute limit, not here.
+function stringOrNull(name: string): (value: unknown) => void {
+  return (value) => {
+    if (value !== null && typeof value !== 'string') {
+      throw new RangeError(`${name} must be a string or null`);
+    }
+  };
+}
+
+function safeImageUrl(value: unknown): void {
+  if (typeof value !== 'string' || !isSafeImageUrl(value)) {
+    throw new RangeError('image src must be an http(s), relative or data:image URL');
+  }
+}
+
+function safeLinkUrl(value: unknown): void {
+  if (typeof value !== 'string' || !isSafeLinkUrl(value)) {
+    throw new RangeError('link href must be an http(s), mailto or relative URL');
+  }
+}
+
+function wholeNumber(name: string, min: number, max: number): (value: unknown) => void {
+  return (value) => {
+    if (!Number.isInteger(value) || (value as number) < min || (value as number) > max) {
+      throw new RangeError(`${name} must be a whole number from ${min} to ${max}`);
+    }
+  };
+}
+
 // Attributes are validated so that `Node.check()` refuses a document that no editor could
 // have made (an AttrStep setting heading level 9, an image without a source).
 const baseNodes = new Schema({ nodes: basicNodes, marks: {} }).spec.nodes
   .update('heading', {
     ...basicNodes.heading,
     attrs: {
-      level: {
-        default: 1,
-        validate: (value: unknown) => {
-          if (!Number.isInteger(value) || (value as number) < 1 || (value as number) > 6) {
-            throw new RangeError('heading level must be 1–6');
-          }
-        },
-      },
+      level: { default: 1, validate: wholeNumber('heading level', 1, 6) },
     },
   })
   .update('image', {
     ...basicNodes.image,
     attrs: {
-      src: { validate: 'string' },
-      alt: { default: null, validate: 'string|null' },
-      title: { default: null, validate: 'string|null' },
+      src: { validate: safeImageUrl },
+      alt: { default: null, validate: stringOrNull('image alt') },
+      title: { default: null, validate: stringOrNull('image title') },
     },
   });
 
@@ -46,9 +87,12 @@ const baseNodes = new Schema({ nodes: basicNodes, marks: {} }).spec.nodes
 /// headings 1–6, blockquote, code block, horizontal rule, hard break, image, bullet and ordered
 /// lists with list items, and the marks strong, em, code, link and strike.
 export const schema = new Schema({
-  nodes: addListNodes(baseNodes, 'paragraph block*', 'block'),
+  nodes: addListNodes(baseNodes, 'paragraph block*', 'block').update('ordered_list', {
+    ...orderedList,
+    attrs: { order: { default: 1, validate: wholeNumber('ordered list order', 0, 999_999_999) } },
+  }),
   marks: {
-    link: basicMarks.link,
+    link,
     em: basicMarks.em,
     strong: basicMarks.strong,
     code: basicMarks.code,

@@ -73,13 +73,20 @@ export function createScriptorium(
   finishHttpApp(app);
   const http = createServer(app);
   io = new Server(http, {
-    maxHttpBufferSize: config.maxMessageBytes,
+    // The engine's hard cap closes the connection; below it, the payload gate answers a
+    // message over `maxMessageBytes` with a code (its size is measured after parsing, so the
+    // cap leaves room for JSON escapes).
+    maxHttpBufferSize: 2 * config.maxMessageBytes,
     // Steps are small and latency-bound; compressing them costs more than it saves.
     perMessageDeflate: false,
     httpCompression: false,
     cors: { origin: true },
   });
-  attachProtocol(io, rooms, log, isDraining, observer);
+  attachProtocol(io, rooms, log, isDraining, observer, {
+    maxDepth: config.maxJsonDepth,
+    maxBytes: config.maxMessageBytes,
+    maxStringBytes: config.maxAttributeBytes,
+  });
   // One line per window, in the units of /metrics/windows. A throwing logger must not break
   // the window timer.
   metrics.onWindow((window) => {

@@ -1,20 +1,30 @@
 import type { Node } from 'prosemirror-model';
-import { Step, type StepMap } from 'prosemirror-transform';
-import { rebaseSteps, schema, type StepJSON } from '../schema/index.js';
-import { checkChanged } from './doc_check.js';
+import { AttrStep, DocAttrStep, Step, type StepMap } from 'prosemirror-transform';
+import { schema, StepRebaser, type StepJSON } from '../schema/index.js';
+import { checkChanged, nodeStats } from './doc_check.js';
+import { measureJson, unlimitedJson } from './json_limits.js';
+import { stepProblem } from './step_check.js';
 
 /// Limits an authority enforces on what it accepts.
 export interface AuthorityLimits {
   /// How many recent steps are kept for catch-up; older ones are forgotten and a client that
   /// needs them gets the whole document instead.
   maxHistorySteps: number;
+  /// The same in bytes of the steps' JSON: whichever limit is reached first cuts the history.
+  maxHistoryBytes: number;
   /// The largest batch accepted (`too-large` beyond).
   maxStepsPerBatch: number;
-  /// The largest document (in `Node.nodeSize`) a batch may produce (`too-large` beyond).
+  /// The largest document (in `Node.nodeSize`) a step may produce (`too-large` beyond).
   maxDocSize: number;
+  /// The largest document in estimated bytes of its JSON (`too-large` beyond).
+  maxDocBytes: number;
+  /// The deepest nesting of nodes a step may produce, the top node being level 0 (`too-deep`).
+  maxDocDepth: number;
   /// How far behind a batch may be and still be rebased by the server rather than refused as
   /// `stale`; 0 keeps prosemirror-collab's rule (accept only at the current version).
   maxRebaseSteps: number;
+  /// A batch still being applied after this many milliseconds is refused (`too-large`).
+  maxApplyMs: number;
 }
 
 /// The outcome of `Authority.receive`. `steps` are the accepted steps normalised through
@@ -23,7 +33,14 @@ export interface AuthorityLimits {
 export type ReceiveOutcome =
   | { ok: true; version: number; doc: Node; steps: StepJSON[]; rebased: boolean }
   | { ok: false; code: 'stale' | 'history-gone'; version: number; message: string }
-  | { ok: false; code: 'invalid-step' | 'too-large'; version: number; message: string };
+  | {
+      ok: false;
+      code: 'invalid-step' | 'too-large' | 'too-deep';
+      version: number;
+      message: string;
+    };
+
+type Refusal = Extract<ReceiveOutcome, { ok: false }>;
 
 /// Steps since a version, for catch-up; `null` when they are not all held any more.
 export interface StepsSince {
@@ -33,16 +50,23 @@ export interface StepsSince {
 
 /// The per-document authority: the current document, its version (the count of accepted
 /// steps) and a bounded window of recent steps with the clientIDs that made them. It is pure:
-/// no sockets, storage or timers. Transport and persistence call into it.
+/// no sockets, storage or timers (the clock it reads for `maxApplyMs` is injected). Transport
+/// and persistence call into it.
 ///
-/// A batch is applied all or nothing. A batch made at an older version is rebased over the
-/// steps since (up to `maxRebaseSteps` behind), exactly as the client would rebase it, instead
-/// of being refused: under contention prosemirror-collab's rule (refuse, let the client rebase
-/// and resend) costs every editor but one a round trip per broadcast. The client recognises
-/// its own steps in the broadcast by its clientID whether the server rebased them or not.
+/// A batch is applied all or nothing, each step checked as it is applied: the step's own
+/// shape, the schema, and the document's size and depth after it, so that a batch which would
+/// blow a limit is stopped at the step that does, not after it has built the whole result.
+/// A batch made at an older version is rebased over the steps since (up to `maxRebaseSteps`
+/// behind), exactly as the client would rebase it, instead of being refused: under contention
+/// prosemirror-collab's rule (refuse, let the client rebase and resend) costs every editor but
+/// one a round trip per broadcast. If any step of a rebased batch no longer applies, the whole
+/// batch is refused as `stale` and the client rebases it itself. The client recognises its own
+/// steps in the broadcast by its clientID whether the server rebased them or not.
 export class Authority {
   doc: Node;
   version: number;
+  /// The document's estimated JSON size in bytes.
+  docBytes: number;
   /// Batches accepted by rebasing, since this authority was made.
   rebasedBatches = 0;
   /// The version before `history[0]`: `history[i]` took the document from
@@ -51,27 +75,42 @@ export class Authority {
   private history: StepJSON[];
   private historyClients: string[];
   private historyMaps: StepMap[];
+  private historySizes: number[];
+  private historyBytes: number;
   /// The version after each client's last accepted batch. A batch from that client made before
   /// it is a resend of something already applied (its acknowledgement was lost, or it is still
   /// being journaled): rebasing it would apply it twice, so it is answered `stale` instead.
   private lastEnd: Map<string, number>;
   private readonly limits: AuthorityLimits;
+  private readonly now: () => number;
 
-  constructor(doc: Node, version: number, limits: AuthorityLimits) {
+  /// `doc` must already be known to be within the depth limit (a document made by steps, or
+  /// parsed from JSON whose depth was checked): it is measured recursively.
+  constructor(
+    doc: Node,
+    version: number,
+    limits: AuthorityLimits,
+    now: () => number = performance.now.bind(performance),
+  ) {
     this.doc = doc;
     this.version = version;
+    this.docBytes = nodeStats(doc).bytes;
     this.historyStart = version;
     this.history = [];
     this.historyClients = [];
     this.historyMaps = [];
+    this.historySizes = [];
+    this.historyBytes = 0;
     this.lastEnd = new Map();
     this.limits = limits;
+    this.now = now;
   }
 
-  /// Tries to apply `stepsJSON` (raw JSON from a client) made at `version` by `clientID`.
-  /// Never throws for bad input: every refusal is an outcome with a code, and a refused batch
-  /// changes nothing.
+  /// Tries to apply `stepsJSON` (raw JSON from a client, whose nesting depth and size the
+  /// caller has already bounded) made at `version` by `clientID`. Never throws for bad input:
+  /// every refusal is an outcome with a code, and a refused batch changes nothing.
   receive(version: number, stepsJSON: readonly unknown[], clientID: string): ReceiveOutcome {
+    const started = this.now();
     if (version > this.version) {
       // The client has seen versions this authority never made: its document comes from
       // another history (a lost in-memory store, a restore). Only a reload can fix that.
@@ -86,84 +125,127 @@ export class Authority {
       return this.stale(version);
     }
     if (stepsJSON.length > this.limits.maxStepsPerBatch) {
-      return {
-        ok: false,
-        code: 'too-large',
-        version: this.version,
-        message: `A batch may hold at most ${this.limits.maxStepsPerBatch} steps`,
-      };
+      return this.refusal(
+        'too-large',
+        `A batch may hold at most ${this.limits.maxStepsPerBatch} steps`,
+      );
     }
 
     const steps: Step[] = new Array(stepsJSON.length);
     for (let i = 0; i < stepsJSON.length; i++) {
+      let step: Step;
       try {
-        steps[i] = Step.fromJSON(schema, stepsJSON[i]);
+        step = Step.fromJSON(schema, stepsJSON[i]);
       } catch (err) {
         return this.invalid(i, (err as Error).message);
       }
+      const problem = stepProblem(step.toJSON() as StepJSON);
+      if (problem) return this.invalid(i, problem);
+      steps[i] = step;
     }
 
-    let doc = this.doc;
-    let accepted = steps;
     const rebased = version < this.version;
-    if (rebased) {
-      // Steps that no longer apply once mapped are dropped, as the client's own rebase would
-      // drop them. If none is left, the client rebases and resends (or learns it is invalid).
-      const result = rebaseSteps(steps, this.historyMaps.slice(version - this.historyStart), doc);
-      if (result.steps.length === 0) return this.stale(version);
-      accepted = result.steps;
-      doc = result.doc;
-    } else {
-      for (let i = 0; i < steps.length; i++) {
-        let result;
-        try {
-          result = steps[i]!.apply(doc);
-        } catch (err) {
-          // Positions out of range make `resolve` throw rather than fail softly.
-          return this.invalid(i, (err as Error).message);
-        }
-        if (result.failed !== null || !result.doc) {
-          return this.invalid(i, result.failed ?? 'the step produced no document');
-        }
-        doc = result.doc;
+    const rebaser = rebased
+      ? new StepRebaser(steps, this.historyMaps.slice(version - this.historyStart))
+      : null;
+    const accepted: Step[] = new Array(steps.length);
+    let doc = this.doc;
+    let bytes = this.docBytes;
+    for (let i = 0; i < steps.length; i++) {
+      let step = steps[i]!;
+      if (rebaser) {
+        const mapped = rebaser.map(step);
+        // What the step changed is gone: the client's own rebase would drop the step. The
+        // batch is refused whole rather than partly applied; the client rebases and resends.
+        if (!mapped) return this.stale(version);
+        step = mapped;
       }
-    }
-    try {
-      // Steps check the content they rebuild, but not everything (attributes set by an
-      // AttrStep, marks that a schema forbids in a place): the whole result must be valid.
-      // The document before the batch was, so only what the batch rebuilt is checked.
-      checkChanged(doc, this.doc);
-    } catch (err) {
-      return {
-        ok: false,
-        code: 'invalid-step',
-        version: this.version,
-        message: `The batch would break the schema: ${(err as Error).message}`,
-      };
-    }
-    if (doc.nodeSize > this.limits.maxDocSize) {
-      return {
-        ok: false,
-        code: 'too-large',
-        version: this.version,
-        message: `The document would exceed ${this.limits.maxDocSize} positions`,
-      };
+      const next = this.applyStep(step, i, doc);
+      if (next === null) {
+        return rebaser ? this.stale(version) : this.invalid(i, 'the step does not apply');
+      }
+      if ('ok' in next) return next;
+      let change;
+      try {
+        // Steps check the content they rebuild, but not everything (attributes set by an
+        // AttrStep, marks that a schema forbids in a place): what the step made must be valid.
+        change = checkChanged(next, doc);
+      } catch (err) {
+        return this.refusal(
+          'invalid-step',
+          `Step ${i} would break the schema: ${(err as Error).message}`,
+        );
+      }
+      if (change.depth > this.limits.maxDocDepth) {
+        return this.refusal(
+          'too-deep',
+          `Step ${i} would nest the document deeper than ${this.limits.maxDocDepth} levels`,
+        );
+      }
+      bytes += change.bytesDelta;
+      if (
+        (bytes > this.limits.maxDocBytes && change.bytesDelta > 0) ||
+        (next.nodeSize > this.limits.maxDocSize && next.nodeSize > doc.nodeSize)
+      ) {
+        return this.refusal(
+          'too-large',
+          `Step ${i} would make the document larger than ${this.limits.maxDocBytes} bytes or ${this.limits.maxDocSize} positions`,
+        );
+      }
+      if (this.now() - started > this.limits.maxApplyMs) {
+        return this.refusal(
+          'too-large',
+          `The batch took longer than ${this.limits.maxApplyMs} ms to apply: send smaller batches`,
+        );
+      }
+      rebaser?.applied(step);
+      accepted[i] = step;
+      doc = next;
     }
 
-    const normalized: StepJSON[] = new Array(accepted.length);
     for (let i = 0; i < accepted.length; i++) {
       const step = accepted[i]!;
-      normalized[i] = step.toJSON() as StepJSON;
-      this.history.push(normalized[i]!);
-      this.historyClients.push(clientID);
-      this.historyMaps.push(step.getMap());
+      const json = step.toJSON() as StepJSON;
+      this.pushHistory(json, clientID, step.getMap());
     }
     this.doc = doc;
+    this.docBytes = bytes;
     this.version += accepted.length;
     this.lastEnd.set(clientID, this.version);
     if (rebased) this.rebasedBatches++;
     this.trimHistory();
-    return { ok: true, version: this.version, doc, steps: normalized, rebased };
+    return {
+      ok: true,
+      version: this.version,
+      doc,
+      steps: this.history.slice(this.history.length - accepted.length),
+      rebased,
+    };
+  }
+
+  /// Applies one step to `doc`: the new document, null when the step does not apply, or a
+  /// refusal. An attribute step must name an attribute the node's type defines: prosemirror-
+  /// model would silently drop an unknown one, and the step would be stored and broadcast
+  /// carrying whatever value the client put in it.
+  private applyStep(step: Step, index: number, doc: Node): Node | null | Refusal {
+    if (step instanceof AttrStep) {
+      const node = doc.nodeAt(step.pos);
+      if (node && !Object.prototype.hasOwnProperty.call(node.type.spec.attrs ?? {}, step.attr)) {
+        return this.invalid(index, `${node.type.name} has no attribute ${step.attr}`);
+      }
+    } else if (step instanceof DocAttrStep) {
+      if (!Object.prototype.hasOwnProperty.call(doc.type.spec.attrs ?? {}, step.attr)) {
+        return this.invalid(index, `the document has no attribute ${step.attr}`);
+      }
+    }
+    try {
+      const result = step.apply(doc);
+      return result.failed === null && result.doc ? result.doc : null;
+    } catch (err) {
+      // Positions out of range make `resolve` throw rather than fail softly, and an attribute
+      // value its validator refuses throws from `create`.
+      return this.invalid(index, (err as Error).message);
+    }
   }
 
   /// Appends steps that are already known to be valid and applied to `doc` (replayed from the
@@ -171,13 +253,12 @@ export class Authority {
   remember(steps: readonly Step[], clientIDs: readonly string[], doc: Node): void {
     for (let i = 0; i < steps.length; i++) {
       const step = steps[i]!;
-      this.history.push(step.toJSON() as StepJSON);
-      this.historyClients.push(clientIDs[i]!);
-      this.historyMaps.push(step.getMap());
+      this.pushHistory(step.toJSON() as StepJSON, clientIDs[i]!, step.getMap());
       this.lastEnd.set(clientIDs[i]!, this.version + i + 1);
     }
     this.version += steps.length;
     this.doc = doc;
+    this.docBytes = nodeStats(doc).bytes;
     this.trimHistory();
   }
 
@@ -200,11 +281,15 @@ export class Authority {
       );
     }
     const keep = version - this.historyStart;
+    for (let i = keep; i < this.historySizes.length; i++)
+      this.historyBytes -= this.historySizes[i]!;
     this.history.length = keep;
     this.historyClients.length = keep;
     this.historyMaps.length = keep;
+    this.historySizes.length = keep;
     this.version = version;
     this.doc = doc;
+    this.docBytes = nodeStats(doc).bytes;
     // Forgotten batches no longer count as a client's last one; its batch before them, if
     // any, is still in the history, where `canRebase` finds it through the version.
     for (const [clientID, end] of this.lastEnd) {
@@ -231,7 +316,7 @@ export class Authority {
     return 0;
   }
 
-  private stale(version: number): ReceiveOutcome {
+  private stale(version: number): Refusal {
     return {
       ok: false,
       code: 'stale',
@@ -240,22 +325,43 @@ export class Authority {
     };
   }
 
-  private invalid(index: number, reason: string): ReceiveOutcome {
-    return {
-      ok: false,
-      code: 'invalid-step',
-      version: this.version,
-      message: `Step ${index}: ${reason}`,
-    };
+  private invalid(index: number, reason: string): Refusal {
+    return this.refusal('invalid-step', `Step ${index}: ${reason}`);
+  }
+
+  private refusal(code: 'invalid-step' | 'too-large' | 'too-deep', message: string): Refusal {
+    return { ok: false, code, version: this.version, message };
+  }
+
+  private pushHistory(json: StepJSON, clientID: string, map: StepMap): void {
+    const size = measureJson(json, unlimitedJson);
+    const bytes = size.ok ? size.bytes : 0;
+    this.history.push(json);
+    this.historyClients.push(clientID);
+    this.historyMaps.push(map);
+    this.historySizes.push(bytes);
+    this.historyBytes += bytes;
   }
 
   private trimHistory(): void {
-    // Cut in chunks so that the copy is amortised over many steps instead of paid per step.
-    const excess = this.history.length - this.limits.maxHistorySteps;
-    if (excess > 0 && (excess >= 1024 || excess * 8 >= this.limits.maxHistorySteps)) {
+    // Cut in chunks so that the copy is amortised over many steps instead of paid per step:
+    // past the step limit by an eighth (or 1024 steps), or past the byte limit, down to three
+    // quarters of the byte limit.
+    let excess = this.history.length - this.limits.maxHistorySteps;
+    if (excess > 0 && !(excess >= 1024 || excess * 8 >= this.limits.maxHistorySteps)) excess = 0;
+    if (this.historyBytes > this.limits.maxHistoryBytes) {
+      let bytes = this.historyBytes;
+      let cut = 0;
+      const target = this.limits.maxHistoryBytes * 0.75;
+      while (cut < this.history.length && bytes > target) bytes -= this.historySizes[cut++]!;
+      if (cut > excess) excess = cut;
+    }
+    if (excess > 0) {
+      for (let i = 0; i < excess; i++) this.historyBytes -= this.historySizes[i]!;
       this.history.splice(0, excess);
       this.historyClients.splice(0, excess);
       this.historyMaps.splice(0, excess);
+      this.historySizes.splice(0, excess);
       this.historyStart += excess;
       // Clients whose last batch fell out of the history cannot be rebased from before it
       // anyway (`canRebase` needs the steps); forget them so the map does not grow forever.

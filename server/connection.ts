@@ -12,6 +12,8 @@ import {
   type SyncAnswer,
   type SyncRequest,
 } from '../schema/index.js';
+import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
+import type { JsonLimits } from './json_limits.js';
 import { attachPresence } from './presence.js';
 import type { BatchObserver, Room } from './room.js';
 import type { Rooms } from './rooms.js';
@@ -59,6 +61,7 @@ export function attachProtocol(
   log: Logger,
   draining: () => boolean,
   observer: BatchObserver | null,
+  limits: Readonly<JsonLimits>,
 ): void {
   io.use((socket, next) => {
     if (draining()) return next(new HandshakeError('shutting-down'));
@@ -80,68 +83,82 @@ export function attachProtocol(
   });
 
   io.on('connection', (socket: ScriptoriumSocket) => {
+    // First, so no handler (presence's included) ever sees a payload over the limits.
+    socket.use(payloadGate(socket, limits));
     attachPresence(io, socket);
 
-    socket.on('join', (...args: unknown[]) => {
-      const ack = takeAck(socket, 'join', args);
-      if (!ack) return;
-      const request = parseSyncRequest(args[0]);
-      if (typeof request === 'string') return ack(refusal('bad-request', request));
-      if (socket.data.room) return ack(socket.data.room.sync(request));
-      rooms.get(socket.data.docId, true).then(
-        (room) => {
-          // The socket may have left while the document loaded, or joined twice.
-          if (!socket.connected) return;
-          if (socket.data.room) return ack(socket.data.room.sync(request));
-          if (!room || room.state !== 'open') return ack(refusal('unavailable'));
-          // Joining the Socket.io room and answering happen in one synchronous step: every
-          // broadcast after the answer's version reaches this socket, and none before it.
-          void socket.join(room.docId);
-          socket.data.room = room;
-          rooms.attach(room);
-          ack(room.sync(request));
-        },
-        (err: unknown) => {
-          log.warn({ doc: socket.data.docId, err }, 'document load failed');
-          ack(refusal('unavailable'));
-        },
-      );
-    });
+    socket.on(
+      'join',
+      guarded(socket, 'join', log, (...args: unknown[]) => {
+        const ack = takeAck(socket, 'join', args);
+        if (!ack) return;
+        const request = parseSyncRequest(args[0]);
+        if (typeof request === 'string') return ack(refusal('bad-request', request));
+        if (socket.data.room) return ack(socket.data.room.sync(request));
+        rooms.get(socket.data.docId, true).then(
+          (room) => {
+            // The socket may have left while the document loaded, or joined twice.
+            if (!socket.connected) return;
+            if (socket.data.room) return ack(socket.data.room.sync(request));
+            if (!room || room.state !== 'open') return ack(refusal('unavailable'));
+            // Joining the Socket.io room and answering happen in one synchronous step: every
+            // broadcast after the answer's version reaches this socket, and none before it.
+            void socket.join(room.docId);
+            socket.data.room = room;
+            rooms.attach(room);
+            ack(room.sync(request));
+          },
+          (err: unknown) => {
+            const code = loadFailureCode(err);
+            if (code !== 'corrupt')
+              log.warn({ doc: socket.data.docId, err }, 'document load failed');
+            ack(refusal(code));
+          },
+        );
+      }),
+    );
 
-    socket.on('pull', (...args: unknown[]) => {
-      const ack = takeAck(socket, 'pull', args);
-      if (!ack) return;
-      const request = parseSyncRequest(args[0]);
-      if (typeof request === 'string') return ack(refusal('bad-request', request));
-      const room = socket.data.room;
-      if (!room) return ack(refusal('bad-request', 'Send join before pull'));
-      ack(room.sync(request));
-    });
+    socket.on(
+      'pull',
+      guarded(socket, 'pull', log, (...args: unknown[]) => {
+        const ack = takeAck(socket, 'pull', args);
+        if (!ack) return;
+        const request = parseSyncRequest(args[0]);
+        if (typeof request === 'string') return ack(refusal('bad-request', request));
+        const room = socket.data.room;
+        if (!room) return ack(refusal('bad-request', 'Send join before pull'));
+        ack(room.sync(request));
+      }),
+    );
 
-    socket.on('steps', (...args: unknown[]) => {
-      const received = performance.now();
-      const ack = takeAck(socket, 'steps', args) as ((answer: StepsAnswer) => void) | null;
-      if (!ack) return;
-      const room = socket.data.room;
-      const refused = checkSteps(socket.data, room, args[0], draining());
-      if (refused) {
-        ack(refused);
-        if (observer) {
-          const now = performance.now();
-          observer.record(socket.data.docId, refused.code, 0, received, now, NaN, now);
+    socket.on(
+      'steps',
+      guarded(socket, 'steps', log, (...args: unknown[]) => {
+        const received = performance.now();
+        const ack = takeAck(socket, 'steps', args) as ((answer: StepsAnswer) => void) | null;
+        if (!ack) return;
+        const room = socket.data.room;
+        const refused = checkSteps(socket.data, room, args[0], draining());
+        if (refused) {
+          ack(refused);
+          if (observer) {
+            const now = performance.now();
+            observer.record(socket.data.docId, refused.code, 0, received, now, NaN, now);
+          }
+          return;
         }
-        return;
-      }
-      const { version, steps } = args[0] as { version: number; steps: unknown[] };
-      room!.receive(version, steps, socket.data.clientID, ack, received);
-    });
+        const { version, steps } = args[0] as { version: number; steps: unknown[] };
+        room!.receive(version, steps, socket.data.clientID, ack, received);
+      }),
+    );
 
     socket.onAny((event: string) => {
       if (event !== 'join' && event !== 'pull' && event !== 'steps' && event !== 'presence') {
+        const name = eventName(event);
         socket.emit('protocol-error', {
           code: 'bad-request',
-          message: `Unknown event "${event}"`,
-          event,
+          message: `Unknown event "${name}"`,
+          event: name,
         });
       }
     });

@@ -437,11 +437,13 @@ function closedError(): StoreUnavailableError {
   return new StoreUnavailableError('file store is closed');
 }
 
-/// File system errors (they carry an errno `code`) and unreadable files become
-/// `StoreUnavailableError`; anything else is a bug and is rethrown as it is.
+/// File system errors (they carry an errno `code`) become `StoreUnavailableError`: retrying
+/// later may work. Files that do not parse (`SyntaxError`, `TypeError` from the narrowing) are
+/// rethrown as they are: the document is damaged, retrying will not help, and the server
+/// quarantines it as `corrupt`.
 function toUnavailable(error: unknown): unknown {
   if (error instanceof StoreUnavailableError) return error;
-  if (errorCode(error) !== undefined || error instanceof SyntaxError || error instanceof TypeError)
+  if (errorCode(error) !== undefined)
     return new StoreUnavailableError(
       `file store: ${error instanceof Error ? error.message : String(error)}`,
       { cause: error },

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import {
   errorBody,
   schemaVersion,
+  type DocJSON,
   type ErrorCode,
   type StepJSON,
   type StepsAnswer,
@@ -73,8 +74,10 @@ export class Room {
   snapshotVersion: number;
   /// Set when the last snapshot was written (ms, Date.now clock).
   lastSnapshotAt: number;
-  /// Called once when the room closes itself (conflict): the registry forgets it.
+  /// Called once when the room closes itself (conflict, failure): the registry forgets it.
   onClose: (room: Room) => void = () => {};
+  /// Set when serving the room threw and it was closed (`fail`).
+  failed = false;
 
   private readonly authority: Authority;
   private readonly store: Store;
@@ -90,6 +93,10 @@ export class Room {
   private snapshotTimer: NodeJS.Timeout | null = null;
   /// Resolves when nothing is pending or in flight; for graceful shutdown.
   private idleWaiters: (() => void)[] = [];
+  /// `publishedDoc.toJSON()`, made once per published version for every join, pull and
+  /// snapshot that needs the whole document (`docJSONVersion` says which version it is).
+  private docJSON: DocJSON | null = null;
+  private docJSONVersion = -1;
 
   constructor(
     docId: string,
@@ -142,8 +149,17 @@ export class Room {
       ok: true,
       epoch: this.epoch,
       version: this.publishedVersion,
-      doc: this.publishedDoc.toJSON(),
+      doc: this.publishedJSON(),
     };
+  }
+
+  /// The published document as JSON, serialised once per version.
+  publishedJSON(): DocJSON {
+    if (this.docJSONVersion !== this.publishedVersion || this.docJSON === null) {
+      this.docJSON = this.publishedDoc.toJSON() as DocJSON;
+      this.docJSONVersion = this.publishedVersion;
+    }
+    return this.docJSON;
   }
 
   /// Handles a `steps` message. The answer goes through `ack`: after the broadcast that carries
@@ -203,12 +219,18 @@ export class Room {
     if (this.snapshotting) return this.snapshotting;
     if (!this.needsSnapshot) return Promise.resolve(true);
     const version = this.publishedVersion;
-    const doc = this.publishedDoc;
+    let doc: DocJSON;
+    try {
+      doc = this.publishedJSON();
+    } catch (err) {
+      this.fail(err);
+      return Promise.resolve(false);
+    }
     const started = performance.now();
     this.clearSnapshotTimer();
     this.snapshotting = this.store
       .snapshot(this.docId, {
-        doc: doc.toJSON(),
+        doc,
         version,
         epoch: this.epoch,
         schemaVersion,
@@ -241,6 +263,24 @@ export class Room {
     return this.snapshotting;
   }
 
+  /// Closes the room after something threw while serving it (a bug, or input that got past
+  /// every check): what is pending is refused with `internal`, its editors are sent away with
+  /// `internal` and reconnect, and the registry drops it, so the next join reloads the
+  /// document from the store, which holds only what was made durable. Other rooms and the
+  /// process are unaffected.
+  fail(err: unknown): void {
+    if (this.state === 'closed') return;
+    this.failed = true;
+    this.log.error(
+      { doc: this.docId, version: this.publishedVersion, err },
+      'room failed; dropping it so its editors reload the document from the store',
+    );
+    const refused = this.pending;
+    this.pending = [];
+    this.refuseAll(refused, 'internal', this.publishedVersion);
+    this.leave('internal');
+  }
+
   /// Closes the room: refuses what is pending, stops timers. Sockets are the transport's.
   close(): void {
     if (this.state === 'closed') return;
@@ -253,6 +293,14 @@ export class Room {
   }
 
   private flush(): void {
+    try {
+      this.flushGroup();
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  private flushGroup(): void {
     this.flushScheduled = false;
     if (this.flushing || this.pending.length === 0 || this.state !== 'open') {
       this.settleIdle();
@@ -278,13 +326,18 @@ export class Room {
         }
       }
     }
-    this.store.append(this.docId, { epoch: this.epoch, baseVersion, steps, clientIDs }).then(
-      (outcome) => {
-        if (outcome.ok) this.publish(group, steps, clientIDs);
-        else this.conflict(group, outcome.version);
-      },
-      (err: unknown) => this.failed(group, err),
-    );
+    this.store
+      .append(this.docId, { epoch: this.epoch, baseVersion, steps, clientIDs })
+      .then(
+        (outcome) => {
+          if (outcome.ok) this.publish(group, steps, clientIDs);
+          else this.conflict(group, outcome.version);
+        },
+        (err: unknown) => this.appendFailed(group, err),
+      )
+      // A throw while publishing (after the append, so the steps are durable) must not become
+      // an unhandled rejection, which would end the process: the room fails alone.
+      .catch((err: unknown) => this.fail(err));
   }
 
   private publish(group: PendingBatch[], steps: StepJSON[], clientIDs: string[]): void {
@@ -320,7 +373,7 @@ export class Room {
     this.flushNextOrSettle();
   }
 
-  private failed(group: PendingBatch[], err: unknown): void {
+  private appendFailed(group: PendingBatch[], err: unknown): void {
     this.log.warn({ doc: this.docId, err }, 'journal append failed; refusing the batches');
     // Everything applied after the published version depended on the failed group: rewind
     // the authority and refuse it all. None of it was acknowledged.
@@ -343,8 +396,13 @@ export class Room {
     this.refuseAll(refused, 'stale', storedVersion);
     // This copy is behind the store. Its sockets rejoin and load the stored document, which
     // answers them with the missing steps (or the whole document).
+    this.leave('stale', 'The document changed elsewhere: rejoin');
+  }
+
+  /// Closes the room, sends its sockets away with `code` and tells the registry.
+  private leave(code: ErrorCode, message?: string): void {
     this.close();
-    this.transport.evict(this.docId, 'stale', 'The document changed elsewhere: rejoin');
+    this.transport.evict(this.docId, code, message ?? errorBody(code).message);
     this.onClose(this);
   }
 

@@ -5,20 +5,40 @@ import type { Logger } from 'pino';
 import { emptyDoc, schema, schemaVersion, type StepJSON } from '../schema/index.js';
 import { Authority, type AuthorityLimits } from './authority.js';
 import { Room, type BatchObserver, type RoomOptions, type RoomTransport } from './room.js';
-import type { Store, StoredDocument } from './store.js';
+import { nodeStats } from './doc_check.js';
+import { measureJson } from './json_limits.js';
+import { StoreUnavailableError, type Store, type StoredDocument } from './store.js';
 
 /// Settings of the registry and the rooms it makes.
 export interface RoomsOptions extends RoomOptions, AuthorityLimits {
   idleUnloadMs: number;
+  /// Nesting allowed in stored JSON, checked before it is parsed into a document.
+  maxJsonDepth: number;
 }
 
 /// Thrown when a stored document cannot be turned back into a document: a snapshot written by
-/// a newer schema, or a journal that does not apply. The document is refused, never rewritten.
+/// a newer schema, a journal that does not apply, data that does not parse. The document is
+/// quarantined (refused with `corrupt`), never rewritten.
 export class CorruptDocumentError extends Error {
-  constructor(docId: string, reason: string) {
-    super(`Document ${docId} cannot be loaded: ${reason}`);
+  readonly docId: string;
+  constructor(docId: string, reason: string, options?: { cause?: unknown }) {
+    super(`Document ${docId} cannot be loaded: ${reason}`, options);
     this.name = 'CorruptDocumentError';
+    this.docId = docId;
   }
+}
+
+/// How long a document that failed to load as corrupt is refused without reading the store
+/// again. Clients are told `corrupt` (not retryable), so this only bounds how often a
+/// misbehaving client can make the server re-read damaged data, and lets a repair by an
+/// operator take effect without a restart.
+export const quarantineMs = 60_000;
+
+/// A quarantined document: why, and until when it is refused without a look at the store.
+export interface Quarantine {
+  reason: string;
+  since: number;
+  until: number;
 }
 
 /// The rooms this process holds, by document id. Loads a document on first use (concurrent
@@ -28,6 +48,11 @@ export class Rooms {
   private readonly rooms = new Map<string, Room>();
   private readonly loading = new Map<string, Promise<Room | null>>();
   private readonly unloadTimers = new Map<string, NodeJS.Timeout>();
+  private readonly quarantined = new Map<string, Quarantine>();
+  /// Documents refused as corrupt since start, for the operator's metrics.
+  corruptLoads = 0;
+  /// Rooms closed because serving them threw, since start.
+  roomFailures = 0;
   private readonly store: Store;
   private readonly transport: RoomTransport;
   private readonly observer: BatchObserver | null;
@@ -59,12 +84,26 @@ export class Rooms {
     return this.rooms.get(docId);
   }
 
+  /// Documents quarantined now.
+  get quarantinedCount(): number {
+    return this.quarantined.size;
+  }
+
   /// The room of `docId`, loading it from the store if needed. With `create` a document the
   /// store does not know starts empty (a fresh epoch, version 0); without it, resolves null.
-  /// Rejects with the store's error when it cannot load (the caller answers `unavailable`).
+  /// Rejects with the store's `StoreUnavailableError` when it cannot load (retryable), and with
+  /// `CorruptDocumentError` when the stored data cannot be read back (the document is then
+  /// quarantined for `quarantineMs`).
   get(docId: string, create: boolean): Promise<Room | null> {
     const room = this.rooms.get(docId);
     if (room) return Promise.resolve(room);
+    const quarantine = this.quarantined.get(docId);
+    if (quarantine) {
+      if (Date.now() < quarantine.until) {
+        return Promise.reject(new CorruptDocumentError(docId, quarantine.reason));
+      }
+      this.quarantined.delete(docId);
+    }
     const inFlight = this.loading.get(docId);
     if (inFlight) {
       return inFlight.then((loaded) => (loaded || !create ? loaded : this.get(docId, create)));
@@ -115,13 +154,25 @@ export class Rooms {
   }
 
   private async load(docId: string, create: boolean): Promise<Room | null> {
-    if (this.closing) throw new Error('shutting down');
-    const stored = await this.store.load(docId);
+    if (this.closing) throw new StoreUnavailableError('shutting down');
+    let stored: StoredDocument | null;
+    try {
+      stored = await this.store.load(docId);
+    } catch (err) {
+      // The store could not be reached: retryable. Anything else it threw while reading is
+      // data it cannot parse (a torn or foreign entry): the document is damaged.
+      if (err instanceof StoreUnavailableError) throw err;
+      throw this.quarantine(docId, err);
+    }
     const existing = this.rooms.get(docId);
     if (existing) return existing;
     let room: Room;
     if (stored) {
-      room = this.restore(docId, stored);
+      try {
+        room = this.restore(docId, stored);
+      } catch (err) {
+        throw this.quarantine(docId, err);
+      }
     } else if (create) {
       const authority = new Authority(emptyDoc(), 0, this.options);
       room = this.makeRoom(docId, randomUUID(), authority, 0);
@@ -135,11 +186,36 @@ export class Rooms {
     return room;
   }
 
+  /// Records `docId` as quarantined because of `err`; returns the error to reject with.
+  private quarantine(docId: string, err: unknown): CorruptDocumentError {
+    const error =
+      err instanceof CorruptDocumentError
+        ? err
+        : new CorruptDocumentError(docId, (err as Error)?.message ?? String(err), { cause: err });
+    const now = Date.now();
+    this.quarantined.set(docId, { reason: error.message, since: now, until: now + quarantineMs });
+    this.corruptLoads++;
+    this.log.error(
+      { doc: docId, err: error },
+      'document quarantined: its stored data cannot be loaded; other documents are unaffected',
+    );
+    return error;
+  }
+
   private restore(docId: string, stored: StoredDocument): Room {
     const snapshot = stored.snapshot;
     let doc: Node;
     let version = 0;
+    // prosemirror-model parses and checks documents recursively: stored JSON nested deeper
+    // than any document the limits allow is refused before it can overflow the stack.
+    const jsonLimits = {
+      maxDepth: this.options.maxJsonDepth,
+      maxBytes: Infinity,
+      maxStringBytes: Infinity,
+    };
     if (snapshot) {
+      const measured = measureJson(snapshot.doc, jsonLimits);
+      if (!measured.ok) throw new CorruptDocumentError(docId, `snapshot: ${measured.message}`);
       if (snapshot.schemaVersion > schemaVersion) {
         throw new CorruptDocumentError(
           docId,
@@ -171,6 +247,13 @@ export class Rooms {
       const steps: Step[] = new Array(stepsJSON.length);
       let current = authority.doc;
       for (let i = 0; i < stepsJSON.length; i++) {
+        const measured = measureJson(stepsJSON[i], jsonLimits);
+        if (!measured.ok) {
+          throw new CorruptDocumentError(
+            docId,
+            `journal step ${authority.version + i}: ${measured.message}`,
+          );
+        }
         let result;
         try {
           steps[i] = Step.fromJSON(schema, stepsJSON[i]);
@@ -190,6 +273,15 @@ export class Rooms {
         current = result.doc;
       }
       authority.remember(steps, entry.clientIDs.slice(skip), current);
+    }
+    // A journal written before the depth limit existed can nest a document past it by wraps
+    // that each look harmless; serving it would overflow the stack in the first snapshot.
+    const height = nodeStats(authority.doc).height;
+    if (height > this.options.maxDocDepth) {
+      throw new CorruptDocumentError(
+        docId,
+        `the document is nested ${height} levels deep, more than ${this.options.maxDocDepth}`,
+      );
     }
     if (authority.version !== stored.version) {
       throw new CorruptDocumentError(
@@ -214,6 +306,7 @@ export class Rooms {
       options: this.options,
     });
     room.onClose = (closed) => {
+      if (closed.failed) this.roomFailures++;
       if (this.rooms.get(docId) === closed) this.rooms.delete(docId);
       const timer = this.unloadTimers.get(docId);
       if (timer) clearTimeout(timer);

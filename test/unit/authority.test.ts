@@ -13,6 +13,10 @@ const strict = {
   maxHistorySteps: 10_000,
   maxStepsPerBatch: 100,
   maxDocSize: 100_000,
+  maxHistoryBytes: 64 * 1024 * 1024,
+  maxDocBytes: 16 * 1024 * 1024,
+  maxDocDepth: 48,
+  maxApplyMs: 60_000,
   maxRebaseSteps: 0,
 };
 const limits = { ...strict, maxRebaseSteps: 1000 };
