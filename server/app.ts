@@ -8,6 +8,7 @@ import { attachProtocol, type ScriptoriumServer } from './connection.js';
 import { createHttpApp, finishHttpApp } from './http.js';
 import { metricsRouter } from './metrics_http.js';
 import type { RoomTransport } from './room.js';
+import { registerRoomMetrics } from './room_metrics.js';
 import { Rooms } from './rooms.js';
 import type { Store } from './store.js';
 import { createWebRouter } from './web.js';
@@ -68,7 +69,9 @@ export function createScriptorium(
     draining: isDraining,
     sockets: () => io.engine.clientsCount,
   });
-  app.use(metricsRouter(metrics, createMetricsRegistry(metrics)));
+  const registry = createMetricsRegistry(metrics);
+  registerRoomMetrics(registry, rooms);
+  app.use(metricsRouter(metrics, registry));
   app.use(createWebRouter());
   finishHttpApp(app);
   const http = createServer(app);

@@ -1,0 +1,40 @@
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { Rooms } from './rooms.js';
+
+/// Adds the health of the document registry to `registry`, read from `rooms` when scraped:
+/// - `scriptorium_documents_quarantined`: documents refused as `corrupt` right now;
+/// - `scriptorium_document_corrupt_loads_total`: loads that found damaged stored data;
+/// - `scriptorium_room_failures_total`: rooms closed because serving them threw.
+/// An operator alerts on the last two: each is a document its editors cannot use.
+export function registerRoomMetrics(
+  registry: Registry,
+  rooms: Rooms,
+  prefix = 'scriptorium_',
+): void {
+  new Gauge({
+    name: `${prefix}documents_quarantined`,
+    help: 'Documents whose stored data cannot be loaded, refused as corrupt',
+    registers: [registry],
+    collect() {
+      this.set(rooms.quarantinedCount);
+    },
+  });
+  new Counter({
+    name: `${prefix}document_corrupt_loads_total`,
+    help: 'Document loads that found stored data which cannot be parsed or applied',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(rooms.corruptLoads);
+    },
+  });
+  new Counter({
+    name: `${prefix}room_failures_total`,
+    help: 'Rooms closed because serving them threw; their editors reloaded from the store',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(rooms.roomFailures);
+    },
+  });
+}
