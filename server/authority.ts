@@ -132,6 +132,9 @@ export class Authority {
     }
 
     const steps: Step[] = new Array(stepsJSON.length);
+    // The parsed steps' own JSON: checked here, and what is journaled and broadcast when the
+    // batch is not rebased (a rebased step has new positions and is serialised again).
+    const normalized: StepJSON[] = new Array(stepsJSON.length);
     for (let i = 0; i < stepsJSON.length; i++) {
       let step: Step;
       try {
@@ -139,9 +142,11 @@ export class Authority {
       } catch (err) {
         return this.invalid(i, (err as Error).message);
       }
-      const problem = stepProblem(step.toJSON() as StepJSON);
+      const json = step.toJSON() as StepJSON;
+      const problem = stepProblem(json);
       if (problem) return this.invalid(i, problem);
       steps[i] = step;
+      normalized[i] = json;
     }
 
     const rebased = version < this.version;
@@ -205,8 +210,11 @@ export class Authority {
 
     for (let i = 0; i < accepted.length; i++) {
       const step = accepted[i]!;
-      const json = step.toJSON() as StepJSON;
-      this.pushHistory(json, clientID, step.getMap());
+      this.pushHistory(
+        rebased ? (step.toJSON() as StepJSON) : normalized[i]!,
+        clientID,
+        step.getMap(),
+      );
     }
     this.doc = doc;
     this.docBytes = bytes;
