@@ -85,7 +85,7 @@ export function attachProtocol(
   io.on('connection', (socket: ScriptoriumSocket) => {
     // First, so no handler (presence's included) ever sees a payload over the limits.
     socket.use(payloadGate(socket, limits));
-    attachPresence(io, socket);
+    attachPresence(io, socket, log);
 
     socket.on(
       'join',
@@ -163,13 +163,16 @@ export function attachProtocol(
       }
     });
 
-    socket.on('disconnect', () => {
-      const room = socket.data.room;
-      if (room) {
-        socket.data.room = null;
-        rooms.detach(room);
-      }
-    });
+    socket.on(
+      'disconnect',
+      guarded(socket, 'disconnect', log, () => {
+        const room = socket.data.room;
+        if (room) {
+          socket.data.room = null;
+          rooms.detach(room);
+        }
+      }),
+    );
   });
 }
 

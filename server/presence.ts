@@ -3,7 +3,9 @@ import {
   presenceNameMaxLength,
   type PresenceBroadcast,
 } from '../schema/index.js';
+import type { Logger } from 'pino';
 import type { ScriptoriumServer, ScriptoriumSocket } from './connection.js';
+import { guarded } from './guard.js';
 
 /// Shortest time between two presence relays of one socket: at most 20 a second.
 export const presenceIntervalMs = 50;
@@ -36,52 +38,68 @@ const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
 /// presences of the others in its room. Those may be at older versions than the newcomer's;
 /// clients re-announce themselves when they see a client id for the first time, so the
 /// newcomer soon has positions at current versions.
-export function attachPresence(io: ScriptoriumServer, socket: ScriptoriumSocket): void {
-  socket.on('presence', (...args: unknown[]) => {
-    if (!socket.data.room) return protocolError(socket, 'Send join before presence');
-    const update = parsePresence(args[0]);
-    if (typeof update === 'string') return protocolError(socket, update);
-    const broadcast: PresenceBroadcast = { clientID: socket.data.clientID, ...update };
-    let presence = presences.get(socket);
-    if (!presence) {
-      presence = new SocketPresence();
-      presences.set(socket, presence);
-      introduce(io, socket);
-    }
-    const now = Date.now();
-    if (presence.timer === null && now - presence.lastSentAt >= presenceIntervalMs) {
-      relay(socket, presence, broadcast, now);
-      return;
-    }
-    presence.waiting = broadcast;
-    if (presence.timer === null) {
-      const state = presence;
-      state.timer = setTimeout(
-        () => {
-          state.timer = null;
-          if (state.waiting && socket.connected) relay(socket, state, state.waiting, Date.now());
-        },
-        presenceIntervalMs - (now - presence.lastSentAt),
-      );
-    }
-  });
+export function attachPresence(
+  io: ScriptoriumServer,
+  socket: ScriptoriumSocket,
+  log: Logger,
+): void {
+  socket.on(
+    'presence',
+    guarded(socket, 'presence', log, (...args: unknown[]) => {
+      if (!socket.data.room) return protocolError(socket, 'Send join before presence');
+      const update = parsePresence(args[0]);
+      if (typeof update === 'string') return protocolError(socket, update);
+      const broadcast: PresenceBroadcast = { clientID: socket.data.clientID, ...update };
+      let presence = presences.get(socket);
+      if (!presence) {
+        presence = new SocketPresence();
+        presences.set(socket, presence);
+        introduce(io, socket);
+      }
+      const now = Date.now();
+      if (presence.timer === null && now - presence.lastSentAt >= presenceIntervalMs) {
+        relay(socket, presence, broadcast, now);
+        return;
+      }
+      presence.waiting = broadcast;
+      if (presence.timer === null) {
+        const state = presence;
+        state.timer = setTimeout(
+          () => {
+            state.timer = null;
+            try {
+              if (state.waiting && socket.connected)
+                relay(socket, state, state.waiting, Date.now());
+            } catch (err) {
+              // A timer's throw would end the process; a lost cursor update costs nothing.
+              log.error({ err, doc: socket.data.docId }, 'presence relay failed');
+            }
+          },
+          presenceIntervalMs - (now - presence.lastSentAt),
+        );
+      }
+    }),
+  );
 
-  socket.on('disconnect', () => {
-    const presence = presences.get(socket);
-    if (!presence) return;
-    presences.delete(socket);
-    if (presence.timer !== null) clearTimeout(presence.timer);
-    const docId = socket.data.docId;
-    const clientID = socket.data.clientID;
-    // A client that reconnected may have a new socket here before the server noticed the old
-    // one was gone (a dropped network is only detected by the ping timeout): its cursor must
-    // not vanish for everyone when the old socket finally leaves.
-    for (const other of roomSockets(io, docId)) {
-      if (other !== socket && other.data.clientID === clientID && presences.has(other)) return;
-    }
-    // The socket has already left its rooms by now, so this reaches only the others.
-    io.to(docId).emit('presence-leave', { clientID });
-  });
+  socket.on(
+    'disconnect',
+    guarded(socket, 'disconnect', log, () => {
+      const presence = presences.get(socket);
+      if (!presence) return;
+      presences.delete(socket);
+      if (presence.timer !== null) clearTimeout(presence.timer);
+      const docId = socket.data.docId;
+      const clientID = socket.data.clientID;
+      // A client that reconnected may have a new socket here before the server noticed the old
+      // one was gone (a dropped network is only detected by the ping timeout): its cursor must
+      // not vanish for everyone when the old socket finally leaves.
+      for (const other of roomSockets(io, docId)) {
+        if (other !== socket && other.data.clientID === clientID && presences.has(other)) return;
+      }
+      // The socket has already left its rooms by now, so this reaches only the others.
+      io.to(docId).emit('presence-leave', { clientID });
+    }),
+  );
 }
 
 function relay(

@@ -319,7 +319,10 @@ export class Rooms {
     if (this.unloadTimers.has(room.docId)) return;
     const timer = setTimeout(() => {
       this.unloadTimers.delete(room.docId);
-      void this.unload(room);
+      this.unload(room).catch((err: unknown) => {
+        // A timer's rejection would end the process: the room fails alone instead.
+        room.fail(err);
+      });
     }, this.options.idleUnloadMs);
     timer.unref();
     this.unloadTimers.set(room.docId, timer);
