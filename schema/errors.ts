@@ -30,6 +30,10 @@ export const errors = {
     message: 'This connection may not do that',
     retryable: false,
   },
+  unauthorized: {
+    message: 'A valid token is needed: it is missing, malformed, wrongly signed or expired',
+    retryable: false,
+  },
   'bad-document-id': {
     message:
       'The document id must be one id of 1–128 characters of A-Z a-z 0-9 . _ : -, not . or ..',

@@ -1,0 +1,49 @@
+import { parseArgs } from 'node:util';
+import { parseDuration, signToken } from './auth.js';
+
+// `npm run token -- --doc ID --access write --ttl 1h [--user NAME]`: prints a token signed with
+// AUTH_SECRET, for trying the server out and for scripts. An entry point: it reads the
+// environment.
+
+const usage =
+  'usage: npm run token -- --doc ID|PREFIX*|* [--access read|write] [--ttl 1h] [--user NAME]\n' +
+  'Signs an HS256 token with AUTH_SECRET and prints it.';
+
+function fail(message: string): never {
+  console.error(`token: ${message}\n${usage}`);
+  process.exit(1);
+}
+
+let values;
+try {
+  ({ values } = parseArgs({
+    options: {
+      doc: { type: 'string' },
+      access: { type: 'string', default: 'write' },
+      ttl: { type: 'string', default: '1h' },
+      user: { type: 'string', default: 'cli' },
+      help: { type: 'boolean', default: false },
+    },
+  }));
+} catch (err) {
+  fail((err as Error).message);
+}
+if (values.help) {
+  console.log(usage);
+  process.exit(0);
+}
+const secret = process.env['AUTH_SECRET'];
+if (!secret) fail('AUTH_SECRET is not set');
+if (!values.doc) fail('--doc is required');
+if (values.access !== 'read' && values.access !== 'write') fail('--access must be read or write');
+const ttlSeconds = parseDuration(values.ttl);
+if (ttlSeconds === null || ttlSeconds === 0) fail('--ttl must be like 90s, 15m, 1h or 7d');
+
+console.log(
+  await signToken(secret, {
+    user: values.user,
+    doc: values.doc,
+    access: values.access,
+    ttlSeconds,
+  }),
+);
