@@ -123,18 +123,25 @@ export function createScriptorium(
   };
 
   async function shutdown(): Promise<boolean> {
+    // One budget for everything below: a wedged document (a hung disk, a store that does not
+    // answer) must not hold the process past it, at any step.
+    const deadline = performance.now() + config.shutdownTimeoutMs;
+    const inTime = <T>(promise: Promise<T>, late: T): Promise<T> => {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<T>((resolve) => {
+        timer = setTimeout(() => resolve(late), Math.max(0, deadline - performance.now()));
+      });
+      return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+    };
     draining = true;
     // No new connections from here on; sockets already open stay until they are told to go.
     http.close();
     log.info('shutting down: finishing in-flight batches and writing snapshots');
-    const saved = rooms.flushAll().then((failed) => failed === 0);
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<boolean>((resolve) => {
-      timer = setTimeout(() => resolve(false), config.shutdownTimeoutMs);
-    });
-    const ok = await Promise.race([saved, timeout]);
-    clearTimeout(timer);
-    if (!ok) log.warn('shutdown: not every document could be saved in time');
+    const saved = await inTime(
+      rooms.flushAll().then((failed) => failed === 0),
+      false,
+    );
+    if (!saved) log.warn('shutdown: not every document could be saved in time');
     io.emit('closing', {
       code: 'shutting-down',
       message: 'The server is restarting: reconnect in a moment',
@@ -143,8 +150,21 @@ export function createScriptorium(
     io.disconnectSockets(true);
     rooms.closeAll();
     metrics.stop();
-    await new Promise<void>((resolve) => io.close(() => resolve()));
-    await store.close().catch((err: unknown) => log.warn({ err }, 'store close failed'));
-    return ok;
+    const closed = await inTime(
+      Promise.all([
+        new Promise<void>((resolve) => io.close(() => resolve())),
+        store.close().then(
+          () => true,
+          (err: unknown) => {
+            log.warn({ err }, 'store close failed');
+            return false;
+          },
+        ),
+      ]).then(([, storeClosed]) => storeClosed),
+      false,
+    );
+    // A store that could not close may still have writes running: not everything is saved.
+    if (!closed) log.warn('shutdown: the store did not close cleanly in time');
+    return saved && closed;
   }
 }

@@ -1,7 +1,9 @@
 import { createHash } from 'node:crypto';
+import { readdirSync, unlinkSync } from 'node:fs';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { docIdPattern } from '../schema/index.js';
+import { DirectoryLock } from './directory_lock.js';
 import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
 import {
   StoreUnavailableError,
@@ -14,14 +16,25 @@ import {
   type StoredDocument,
 } from './store.js';
 
+/// The logger method the file store uses; a pino logger fits.
+export interface FileStoreLogger {
+  warn(obj: object, msg: string): void;
+}
+
 /// Where and how the file store keeps documents.
 export interface FileStoreOptions {
-  /// The directory holding every document (created when missing). One process per directory:
-  /// the compare-and-set is enforced in memory.
+  /// The directory holding every document (created when missing). One store per directory,
+  /// enforced by a lock file: the compare-and-set lives in this process's memory.
   dataDir: string;
   /// How many documents' versions to keep in memory when idle. A document dropped from the
   /// cache is read again from disk on its next use. Default 10,000.
   maxCachedDocs?: number;
+  /// A load, append or snapshot not finished this many milliseconds after the call rejects
+  /// with `StoreUnavailableError`; so does `close` when operations are still running after
+  /// it. Default 2000.
+  timeoutMs?: number;
+  /// Told about stale locks taken over and crash leftovers removed.
+  logger?: FileStoreLogger;
 }
 
 /// The state file of a document, written atomically: which journal generation is current,
@@ -33,7 +46,13 @@ interface StateFile {
   snapshot: Snapshot | null;
 }
 
-interface PendingAppend {
+/// One caller's wait for an operation: `queued` until the operation starts, `running` from
+/// then on, `abandoned` when the caller's time ran out before it started.
+interface Waiter {
+  state: 'queued' | 'running' | 'abandoned';
+}
+
+interface PendingAppend extends Waiter {
   request: AppendRequest;
   resolve: (outcome: AppendOutcome) => void;
   reject: (error: unknown) => void;
@@ -41,7 +60,7 @@ interface PendingAppend {
 
 /// One document's files and what this process knows of them. Operations on a document run one
 /// at a time, in order, on `tail`; `known` is false until the files were read (and again after
-/// a failed write, when the disk may hold more than memory says).
+/// a failed or timed-out operation, when the disk may hold more than memory says).
 class DocFiles {
   readonly docId: string;
   readonly dir: string;
@@ -52,6 +71,9 @@ class DocFiles {
   pending: PendingAppend[] = [];
   flushQueued = false;
   known = false;
+  /// The running operation's caller timed out: whatever it still does, memory may no longer
+  /// match the files once it settles.
+  stuck = false;
   exists = false;
   epoch = '';
   version = 0;
@@ -93,51 +115,140 @@ class DocFiles {
 ///
 /// I/O failures reject with `StoreUnavailableError`; so does a journal that is corrupt other
 /// than in its last line (a torn last line, from a crash mid-write, is dropped and truncated).
+///
+/// Every operation is bounded by `timeoutMs`, because a disk can hang (a dying drive, a network
+/// mount gone away) rather than fail. A timed-out operation that had not started never runs.
+/// One that had started may still finish, and an append may still reach the journal, after its
+/// caller was told it failed. The room then rewinds and, later, appends again at the same base
+/// version. Operations on a document run one at a time, so that next operation starts only once
+/// the stuck one has settled, and it then reads the files again (`stuck`, then `known = false`)
+/// instead of trusting memory. The compare-and-set against what is really on disk is then
+/// right either way: if the late write landed the retry gets `conflict` and the room reloads;
+/// if it failed the retry goes through. Either way the journal holds each version exactly once.
+/// (Answering every retry with `conflict` would be right too, but would make every editor of
+/// the document reload after each timeout, even when nothing was written.) While the stuck
+/// operation never settles, every later operation on that document times out in turn;
+/// other documents are unaffected, until the stuck writes fill libuv's thread pool.
 export class FileStore implements Store {
   readonly kind = 'file';
   private readonly dataDir: string;
   private readonly maxCachedDocs: number;
+  private readonly timeoutMs: number;
+  private readonly logger: FileStoreLogger | null;
+  private readonly lock: DirectoryLock;
   private readonly docs = new Map<string, DocFiles>();
   private readonly syncedDirs = new Set<string>();
   private closed = false;
+  private closing: Promise<void> | null = null;
+  private running = 0;
 
+  /// Opens `options.dataDir`: creates it if needed, takes its lock and removes temporary files
+  /// left by a crash. Synchronous, so that a store never exists without its lock and a server
+  /// built on it fails before it listens. Throws `DirectoryLockedError` when another live
+  /// process (or another store in this process) has the directory, and the file system's
+  /// error when it cannot be created or read.
   constructor(options: FileStoreOptions) {
     this.dataDir = options.dataDir;
     this.maxCachedDocs = options.maxCachedDocs ?? 10_000;
+    this.timeoutMs = options.timeoutMs ?? 2000;
+    this.logger = options.logger ?? null;
+    const logger = this.logger;
+    this.lock = DirectoryLock.acquire(
+      this.dataDir,
+      logger ? (obj, msg) => logger.warn(obj, `file store: ${msg}`) : null,
+    );
+    try {
+      this.removeTemporaryFiles();
+    } catch (error) {
+      this.lock.release();
+      throw error;
+    }
+  }
+
+  /// Operations running right now, timed out or not. Each may hold one of libuv's pool
+  /// threads in a system call that a hung disk never returns from, and `process.exit` waits
+  /// for those threads: see server/main.ts.
+  get operationsInFlight(): number {
+    return this.running;
   }
 
   async load(docId: string): Promise<StoredDocument | null> {
     const doc = this.doc(docId);
-    return this.enqueue(doc, () => this.read(doc));
+    return this.bounded(doc, 'load', () => this.read(doc));
   }
 
   async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
     if (this.closed) throw closedError();
     const doc = this.doc(docId);
+    let pending!: PendingAppend;
     const outcome = new Promise<AppendOutcome>((resolve, reject) => {
-      doc.pending.push({ request, resolve, reject });
+      pending = { request, resolve, reject, state: 'queued' };
     });
+    doc.pending.push(pending);
     if (!doc.flushQueued) {
       doc.flushQueued = true;
       // Errors reach the callers through their own promises.
       this.enqueue(doc, () => this.flush(doc)).catch(() => {});
     }
-    return outcome;
+    return this.deadline(doc, pending, outcome, 'append');
   }
 
   async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
     const doc = this.doc(docId);
-    return this.enqueue(doc, () => this.writeSnapshot(doc, snapshot));
+    return this.bounded(doc, 'snapshot', () => this.writeSnapshot(doc, snapshot));
   }
 
-  /// Waits for every queued operation, then refuses new ones. There are no open handles
-  /// between operations, so nothing else needs releasing.
-  async close(): Promise<void> {
+  /// Refuses new operations, waits (at most `timeoutMs`) for those already queued, then
+  /// releases the directory's lock. There are no open handles between operations. Rejects with
+  /// `StoreUnavailableError` when operations are still running after that time; the lock is
+  /// then kept, since a stuck write may still land while this process lives, and the next
+  /// process takes it over as stale.
+  close(): Promise<void> {
+    this.closing ??= this.drainAndUnlock();
+    return this.closing;
+  }
+
+  private async drainAndUnlock(): Promise<void> {
     this.closed = true;
     const tails = [];
     for (const doc of this.docs.values()) tails.push(doc.tail);
-    await Promise.all(tails);
+    let timer: NodeJS.Timeout | undefined;
+    const drained = await Promise.race([
+      Promise.all(tails).then(() => true),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), this.timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!drained)
+      throw new StoreUnavailableError(
+        `file store: operations on ${this.dataDir} still running after ${this.timeoutMs} ms; ` +
+          'its lock is kept until this process exits',
+      );
     this.docs.clear();
+    this.lock.release();
+  }
+
+  /// Deletes `*.tmp` files in the shard directories: state files whose atomic write a crash
+  /// cut between write and rename. Nothing reads them and a later write replaces them, but
+  /// they would pile up. Only safe under the lock, when nobody else is writing. One listing
+  /// per shard (at most 256), once, at start-up.
+  private removeTemporaryFiles(): void {
+    let removed = 0;
+    for (const shard of readdirSync(this.dataDir, { withFileTypes: true })) {
+      if (!shard.isDirectory() || !/^[0-9a-f]{2}$/.test(shard.name)) continue;
+      const dir = join(this.dataDir, shard.name);
+      for (const name of readdirSync(dir)) {
+        if (!name.endsWith('.tmp')) continue;
+        unlinkSync(join(dir, name));
+        removed++;
+      }
+    }
+    if (removed > 0)
+      this.logger?.warn(
+        { dir: this.dataDir, removed },
+        'file store: removed temporary files left by a crash',
+      );
   }
 
   private doc(docId: string): DocFiles {
@@ -153,15 +264,52 @@ export class FileStore implements Store {
     return doc;
   }
 
+  /// Queues `operation` for the document and bounds the caller's wait (see `deadline`).
+  private bounded<T>(doc: DocFiles, what: string, operation: () => Promise<T>): Promise<T> {
+    const waiter: Waiter = { state: 'queued' };
+    const result = this.enqueue(doc, () => {
+      // Its caller was told it failed; nobody reads this value.
+      if (waiter.state === 'abandoned') return Promise.resolve(undefined as never);
+      waiter.state = 'running';
+      return operation();
+    });
+    return this.deadline(doc, waiter, result, what);
+  }
+
+  /// Races `result` against `timeoutMs`, counted from the call, and rejects with
+  /// `StoreUnavailableError` when time runs out first. A waiter still queued is abandoned (its
+  /// operation will not run); if it is running, the document is marked stuck (see the class
+  /// comment).
+  private deadline<T>(doc: DocFiles, waiter: Waiter, result: Promise<T>, what: string): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        if (waiter.state === 'queued') waiter.state = 'abandoned';
+        else doc.stuck = true;
+        reject(
+          new StoreUnavailableError(
+            `file store: ${what} of ${doc.docId} did not finish within ${this.timeoutMs} ms`,
+          ),
+        );
+      }, this.timeoutMs);
+    });
+    return Promise.race([result, expired]).finally(() => clearTimeout(timer));
+  }
+
   /// Runs `operation` after every operation already queued for the document.
   private enqueue<T>(doc: DocFiles, operation: () => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(closedError());
     doc.active++;
-    const result = doc.tail.then(operation).catch((error: unknown) => {
-      // The files may hold more (or less) than memory says: read them again next time.
-      doc.known = false;
-      throw toUnavailable(error);
-    });
+    const result = doc.tail
+      .then(() => {
+        this.running++;
+        return operation();
+      })
+      .catch((error: unknown) => {
+        // The files may hold more (or less) than memory says: read them again next time.
+        doc.known = false;
+        throw toUnavailable(error);
+      });
     doc.tail = result.then(
       () => this.settled(doc),
       () => this.settled(doc),
@@ -171,6 +319,12 @@ export class FileStore implements Store {
 
   private settled(doc: DocFiles): void {
     doc.active--;
+    this.running--;
+    if (doc.stuck) {
+      // Settled after its caller gave up: the next operation reads the files again.
+      doc.stuck = false;
+      doc.known = false;
+    }
     if (this.docs.size <= this.maxCachedDocs) return;
     for (const [docId, cached] of this.docs) {
       if (this.docs.size <= this.maxCachedDocs) break;
@@ -254,8 +408,15 @@ export class FileStore implements Store {
   /// ones with one write and one fsync, then settles them all.
   private async flush(doc: DocFiles): Promise<void> {
     doc.flushQueued = false;
-    const batch = doc.pending;
+    const batch: PendingAppend[] = [];
+    for (const pending of doc.pending) {
+      // An append whose caller timed out while it waited must not be written now.
+      if (pending.state !== 'queued') continue;
+      pending.state = 'running';
+      batch.push(pending);
+    }
     doc.pending = [];
+    if (batch.length === 0) return;
     try {
       if (!doc.known) await this.read(doc);
     } catch (error) {

@@ -1,7 +1,9 @@
+import { writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pino } from 'pino';
 import { createScriptorium } from './app.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import type { FileStore } from './file_store.js';
 import { MemoryStore } from './memory_store.js';
 import type { Store } from './store.js';
 
@@ -18,6 +20,9 @@ try {
 }
 
 const log = pino({ level: config.logLevel, base: { service: 'scriptorium' } });
+
+// Kept to ask, at exit, whether file operations are still running (see `exit`).
+let fileStore: FileStore | null = null;
 
 async function openStore(): Promise<Store> {
   if (config.store === 'memory') {
@@ -44,9 +49,19 @@ async function openStore(): Promise<Store> {
   }
   const { FileStore } = await import('./file_store.js');
   const dir = resolve(config.dataDir);
+  try {
+    // Takes the directory's lock: a second server on it stops here, before it listens.
+    fileStore = new FileStore({ dataDir: dir, timeoutMs: config.storeTimeoutMs, logger: log });
+  } catch (err) {
+    console.error(`scriptorium: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  }
   log.info({ dir }, 'store: file (set REDIS_URL to use Redis)');
-  return new FileStore({ dataDir: dir });
+  return fileStore;
 }
+
+/// How long after `shutdownTimeoutMs` the process exits even if the shutdown has not returned.
+const shutdownGraceMs = 500;
 
 function redact(url: string): string {
   return url.replace(/\/\/([^@/]*)@/, '//***@');
@@ -58,17 +73,48 @@ const port = await server.listen();
 const shown = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
 log.info({ port, host: config.host }, `listening on http://${shown}:${port}`);
 
+/// Ends the process with `code`. `process.exit` first joins libuv's thread pool, so a file
+/// operation stuck in a system call (a hung disk, a network mount gone away) would hold the
+/// exit forever. When file operations are still running on a failed shutdown, the process
+/// kills itself instead: the supervisor sees SIGKILL rather than exit code 1, a failure all the
+/// same, and nothing acknowledged is lost (every acknowledged step was fsync'd).
+function exit(code: number): void {
+  if (code === 0 || !fileStore || fileStore.operationsInFlight === 0) process.exit(code);
+  writeSync(
+    2,
+    `scriptorium: ${fileStore.operationsInFlight} file operation(s) still stuck; ` +
+      'exiting with SIGKILL, since a normal exit would wait for them\n',
+  );
+  // pino writes through libuv's pool (its flush callback does not wait for that write), and
+  // nothing is written after SIGKILL: give what the shutdown logged a moment to get out.
+  setTimeout(() => process.kill(process.pid, 'SIGKILL'), 200);
+}
+
 let stopping = false;
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => {
-    if (stopping) return;
+    if (stopping) {
+      log.warn({ signal }, 'second signal: exiting without waiting for the shutdown');
+      exit(1);
+      return;
+    }
     stopping = true;
     log.info({ signal }, 'stopping');
+    // A backstop: `close` bounds itself by the same timeout, so this fires only if something
+    // in it does not (a bug, or an event loop blocked for long). Not unref'd: should the
+    // shutdown hang with nothing else pending, Node would otherwise exit with code 0.
+    setTimeout(() => {
+      log.error(
+        { shutdownTimeoutMs: config.shutdownTimeoutMs },
+        'shutdown did not finish in time; exiting',
+      );
+      exit(1);
+    }, config.shutdownTimeoutMs + shutdownGraceMs);
     server.close().then(
-      (saved) => process.exit(saved ? 0 : 1),
+      (saved) => exit(saved ? 0 : 1),
       (err: unknown) => {
         log.error({ err }, 'shutdown failed');
-        process.exit(1);
+        exit(1);
       },
     );
   });

@@ -28,6 +28,9 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number;
   /// Prepended to every key (before the `{docId}` hash tag). Default `scriptorium:`.
   keyPrefix?: string;
+  /// How often the connection is checked with a PING. A connection that has not answered one
+  /// for `pingIntervalMs + commandTimeoutMs` is dropped and a new one opened. Default 1000.
+  pingIntervalMs?: number;
   logger?: RedisStoreLogger;
 }
 
@@ -131,46 +134,41 @@ const unavailableReplies =
 /// dead connection. A call that gets no answer within `commandTimeoutMs` rejects with
 /// `StoreUnavailableError` too; like any timed-out write, such an append may still have been
 /// applied, which the next append's compare-and-set will reveal as a conflict.
+///
+/// A connection can also die silently: the Redis host loses power, a NAT or firewall forgets
+/// the flow. Nothing then tells the client; TCP gives up only after its retransmissions run
+/// out (about 15 minutes on Linux), and until then every call times out. So the connection is
+/// PINGed every `pingIntervalMs` (node-redis's `pingInterval`), and one that has not answered
+/// for `pingIntervalMs + commandTimeoutMs` is dropped and replaced by a new client. node-redis
+/// alone does not notice: its PING has no reply timeout (its `timeout` option only covers the
+/// wait before a command is written), and its socket idle timeout is reset by our own writes.
 export class RedisStore implements Store {
   readonly kind = 'redis';
-  private readonly client: RedisClient;
+  private client: RedisClient;
+  private readonly url: string;
   private readonly commandTimeoutMs: number;
+  private readonly pingIntervalMs: number;
   private readonly keyPrefix: string;
   private readonly logger: RedisStoreLogger | null;
   /// False from the first connection error until the next 'ready': logs once per outage.
   private healthy = true;
   private closed = false;
+  /// When the current client last showed it was alive: created, ready, or answered a PING.
+  private lastAnswerAt: number;
+  private readonly watchdog: NodeJS.Timeout;
+  private readonly readyWaiters = new Set<() => void>();
 
   constructor(options: RedisStoreOptions) {
+    this.url = options.url;
     this.commandTimeoutMs = options.commandTimeoutMs ?? 2000;
+    this.pingIntervalMs = options.pingIntervalMs ?? 1000;
     this.keyPrefix = options.keyPrefix ?? 'scriptorium:';
     this.logger = options.logger ?? null;
-    this.client = createClient({
-      url: options.url,
-      disableOfflineQueue: true,
-      socket: {
-        connectTimeout: this.commandTimeoutMs,
-        // Exponential backoff with jitter, never giving up: a store that stopped trying would
-        // need a process restart to recover from a Redis restart.
-        reconnectStrategy: (retries: number) =>
-          Math.min(maxReconnectDelayMs, 50 * 2 ** Math.min(retries, 10)) +
-          Math.floor(Math.random() * 50),
-      },
-    });
-    // Without a listener, an 'error' event (every failed connection attempt emits one) would
-    // crash the process.
-    this.client.on('error', (error: unknown) => {
-      if (!this.healthy || this.closed) return;
-      this.healthy = false;
-      this.logger?.warn({ err: error }, 'redis store: connection lost, reconnecting');
-    });
-    this.client.on('ready', () => {
-      if (this.healthy) return;
-      this.healthy = true;
-      this.logger?.info({}, 'redis store: connected again');
-    });
-    // connect() settles only once connected (or when closed); failures were emitted as 'error'.
-    this.client.connect().catch(() => {});
+    this.lastAnswerAt = performance.now();
+    this.client = this.connect();
+    this.watchdog = setInterval(() => this.checkAlive(), this.pingIntervalMs);
+    // The store must not keep a process alive that has nothing else to do.
+    this.watchdog.unref();
   }
 
   /// Resolves once the client is connected; rejects with `StoreUnavailableError` when it is not
@@ -183,7 +181,8 @@ export class RedisStore implements Store {
     try {
       await new Promise<void>((resolve, reject) => {
         onReady = resolve;
-        this.client.once('ready', onReady);
+        // Ours rather than the client's 'ready' event: the client may be replaced meanwhile.
+        this.readyWaiters.add(onReady);
         timer = setTimeout(
           () => reject(new StoreUnavailableError(`redis not connected after ${timeoutMs} ms`)),
           timeoutMs,
@@ -191,7 +190,7 @@ export class RedisStore implements Store {
       });
     } finally {
       clearTimeout(timer);
-      this.client.off('ready', onReady);
+      this.readyWaiters.delete(onReady);
     }
   }
 
@@ -261,6 +260,7 @@ export class RedisStore implements Store {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.watchdog);
     if (!this.client.isReady) {
       this.client.destroy();
       return;
@@ -272,15 +272,81 @@ export class RedisStore implements Store {
     }
   }
 
+  /// Creates a client and starts connecting it in the background. Its events count only while
+  /// it is the current client: a replaced one may still report its death.
+  private connect(): RedisClient {
+    const client: RedisClient = createClient({
+      url: this.url,
+      disableOfflineQueue: true,
+      pingInterval: this.pingIntervalMs,
+      socket: {
+        connectTimeout: this.commandTimeoutMs,
+        // Exponential backoff with jitter, never giving up: a store that stopped trying would
+        // need a process restart to recover from a Redis restart.
+        reconnectStrategy: (retries: number) =>
+          Math.min(maxReconnectDelayMs, 50 * 2 ** Math.min(retries, 10)) +
+          Math.floor(Math.random() * 50),
+      },
+    });
+    // Without a listener, an 'error' event (every failed connection attempt emits one) would
+    // crash the process.
+    client.on('error', (error: unknown) => {
+      if (client !== this.client) return;
+      this.lost({ err: error }, 'redis store: connection lost, reconnecting');
+    });
+    client.on('ready', () => {
+      if (client !== this.client) return;
+      this.lastAnswerAt = performance.now();
+      for (const resolve of this.readyWaiters) resolve();
+      if (this.healthy) return;
+      this.healthy = true;
+      this.logger?.info({}, 'redis store: connected again');
+    });
+    client.on('ping-interval', () => {
+      if (client === this.client) this.lastAnswerAt = performance.now();
+    });
+    // connect() settles only once connected (or when closed); failures were emitted as 'error'.
+    client.connect().catch(() => {});
+    return client;
+  }
+
+  /// Replaces the client when it has shown no sign of life for too long: a connection that
+  /// stopped answering PINGs, or one that never finished its handshake. While Redis refuses
+  /// connections this also restarts the client's backoff every few seconds, which is harmless.
+  private checkAlive(): void {
+    if (this.closed) return;
+    const silentMs = performance.now() - this.lastAnswerAt;
+    if (silentMs <= this.pingIntervalMs + this.commandTimeoutMs) return;
+    this.lost(
+      { silentMs: Math.round(silentMs) },
+      'redis store: no answer from Redis, opening a new connection',
+    );
+    const dead = this.client;
+    this.lastAnswerAt = performance.now();
+    this.client = this.connect();
+    // Rejects what is still waiting on the dead connection (as unavailable) and stops its
+    // reconnection loop. Commands it already sent may still run if Redis was only slow, as
+    // with any timeout; the compare-and-set catches that.
+    dead.destroy();
+  }
+
+  /// Logs once per outage.
+  private lost(obj: object, msg: string): void {
+    if (!this.healthy || this.closed) return;
+    this.healthy = false;
+    this.logger?.warn(obj, msg);
+  }
+
   /// EVALSHA, falling back to EVAL when Redis does not know the script (after a restart or a
   /// SCRIPT FLUSH). The fallback is ours rather than node-redis's `defineScript` so that one
   /// timer covers both attempts.
   private run(s: Script, keys: string[], args: string[]): Promise<unknown> {
     const tail = [String(keys.length), ...keys, ...args];
+    const client = this.client;
     return this.withTimeout(
-      this.client.sendCommand(['EVALSHA', s.sha1, ...tail]).catch((error: unknown) => {
+      client.sendCommand(['EVALSHA', s.sha1, ...tail]).catch((error: unknown) => {
         if (error instanceof ErrorReply && error.message.startsWith('NOSCRIPT'))
-          return this.client.sendCommand(['EVAL', s.source, ...tail]);
+          return client.sendCommand(['EVAL', s.source, ...tail]);
         throw error;
       }),
     ).catch(unavailable);

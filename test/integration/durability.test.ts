@@ -7,6 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { Step } from 'prosemirror-transform';
 import type { CollabClient, CollabClientOptions } from '../../client/index.js';
 import { emptyDoc, schema, type StepJSON } from '../../schema/index.js';
+import { FileStore } from '../../server/file_store.js';
 import { RedisStore } from '../../server/redis_store.js';
 import type { Store } from '../../server/store.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';
@@ -186,6 +187,47 @@ describe('durability (real Redis, server child processes)', () => {
     } finally {
       await closeAll(editors);
       await server.stop('SIGKILL');
+    }
+  });
+
+  it('file store crash: SIGKILL mid-stream, twice, restarting on the same directory; the stale lock is taken over and every acknowledged step survives', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'scriptorium-durability-file-'));
+    // REDIS_URL emptied: the file store, whatever the test run has set.
+    const env = { REDIS_URL: '', DATA_DIR: dir, ...keepJournal };
+    const docId = `file-crash-${randomUUID()}`;
+    let server = await startServerProcess(env);
+    const acked: Acked[] = [];
+    const editors = trackedEditors(() => server.url, docId, 3, acked, 'file-crash');
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      for (let round = 0; round < 2; round++) {
+        const editing = Promise.all(
+          editors.map((editor, i) => editRandomly(editor, new Random(round * 10 + i), 60, 4)),
+        );
+        await delay(150);
+        const killed = server.child.pid;
+        assert.equal(await server.stop('SIGKILL'), 'SIGKILL');
+        server = await startServerProcess(env, server.port);
+        assert.match(server.output(), new RegExp(`lock of process ${killed}\\b`));
+        await editing;
+      }
+      await waitFor(
+        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+        'editors to settle',
+        30_000,
+      );
+    } finally {
+      await closeAll(editors);
+      await server.stop('SIGKILL');
+    }
+    const local = new FileStore({ dataDir: dir });
+    try {
+      const version = await assertAckedStored(local, docId, acked);
+      assert.ok(editors.every((editor) => editor.version === version));
+      assert.ok(acked.length > 10, `only ${acked.length} batches were acknowledged`);
+    } finally {
+      await local.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 

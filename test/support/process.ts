@@ -26,22 +26,13 @@ export async function startServerProcess(
   port?: number,
 ): Promise<ServerProcess> {
   const chosen = port ?? (await freePort());
-  const child = spawn(process.execPath, [mainPath], {
-    env: { ...process.env, HOST: '127.0.0.1', PORT: String(chosen), LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<number | string>((resolve) =>
-    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
-  );
+  const { child, output, exited } = spawnServer(env, chosen);
   let gone = false;
   void exited.then(() => (gone = true));
   const url = `http://127.0.0.1:${chosen}`;
   const deadline = Date.now() + 15_000;
   for (;;) {
-    if (gone) throw new Error(`server exited during start:\n${output}`);
+    if (gone) throw new Error(`server exited during start:\n${output()}`);
     try {
       const response = await fetch(`${url}/healthz`);
       if (response.ok) break;
@@ -50,7 +41,7 @@ export async function startServerProcess(
     }
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
-      throw new Error(`server did not answer /healthz in time:\n${output}`);
+      throw new Error(`server did not answer /healthz in time:\n${output()}`);
     }
     await delay(50);
   }
@@ -58,11 +49,50 @@ export async function startServerProcess(
     url,
     port: chosen,
     child,
-    output: () => output,
+    output,
     exited,
     stop(signal: NodeJS.Signals = 'SIGTERM') {
       if (!gone) child.kill(signal);
       return exited;
     },
   };
+}
+
+/// Runs the server with `env` until it exits by itself, as it must when it cannot start;
+/// resolves with its exit code (or signal's name) and its output. Rejects, after killing it,
+/// if it is still running after `timeoutMs`.
+export async function runServerProcess(
+  env: Record<string, string>,
+  timeoutMs = 15_000,
+): Promise<{ exit: number | string; output: string }> {
+  const { child, output, exited } = spawnServer(env, await freePort());
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`server still running after ${timeoutMs} ms:\n${output()}`));
+    }, timeoutMs);
+  });
+  try {
+    return { exit: await Promise.race([exited, late]), output: output() };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function spawnServer(
+  env: Record<string, string>,
+  port: number,
+): { child: ChildProcess; output: () => string; exited: Promise<number | string> } {
+  const child = spawn(process.execPath, [mainPath], {
+    env: { ...process.env, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | string>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
+  );
+  return { child, output: () => output, exited };
 }

@@ -4,31 +4,39 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 /// A TCP proxy in front of a server, for observing and disturbing a client: it counts the
 /// chunks the client sends (one chunk per socket write of the client, on loopback, for writes
 /// that fit in one segment) and, when paused, swallows what the client sends, so the client
-/// sees a server that accepts commands and never answers.
+/// sees a server that accepts commands and never answers. `cut` goes further and models a
+/// server that vanished (power loss, a NAT that forgot the flow): see there.
 export class TcpProxy {
   port = 0;
   /// Chunks and bytes received from clients since the proxy started.
   chunksFromClients = 0;
   bytesFromClients = 0;
   paused = false;
+  private isCut = false;
   private readonly server: Server;
   private readonly sockets = new Set<Socket>();
+  private readonly links = new Set<{ dead: boolean }>();
 
   constructor(targetPort: number) {
     this.server = createServer((client) => {
       const upstream = createConnection({ host: '127.0.0.1', port: targetPort });
+      const link = { dead: this.isCut };
       this.sockets.add(client).add(upstream);
+      this.links.add(link);
       client.on('data', (chunk) => {
         this.chunksFromClients++;
         this.bytesFromClients += chunk.length;
-        if (!this.paused) upstream.write(chunk);
+        if (!this.paused && !link.dead) upstream.write(chunk);
       });
-      upstream.on('data', (chunk) => client.write(chunk));
+      upstream.on('data', (chunk) => {
+        if (!link.dead) client.write(chunk);
+      });
       const closeBoth = (): void => {
         client.destroy();
         upstream.destroy();
         this.sockets.delete(client);
         this.sockets.delete(upstream);
+        this.links.delete(link);
       };
       client.on('close', closeBoth).on('error', closeBoth);
       upstream.on('close', closeBoth).on('error', closeBoth);
@@ -42,6 +50,20 @@ export class TcpProxy {
     const address = this.server.address();
     if (address === null || typeof address === 'string') throw new Error('no port');
     this.port = address.port;
+  }
+
+  /// Black-holes every connection, in both directions and for good, without closing any: the
+  /// client's writes succeed and nothing ever comes back, as when the server's host vanished.
+  /// Connections made until `heal` are accepted and black-holed too.
+  cut(): void {
+    this.isCut = true;
+    for (const link of this.links) link.dead = true;
+  }
+
+  /// Lets new connections through again (the server is reachable again); the connections
+  /// black-holed by `cut` stay dead, as they would after a real outage.
+  heal(): void {
+    this.isCut = false;
   }
 
   /// Closes the listener and every connection.
