@@ -119,3 +119,17 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     );
   });
 }
+
+// Last lines of defence. Every handler, timer and store callback is guarded, so reaching
+// these is a bug. A rejection nobody handled leaves no state half-changed (the code that
+// awaited it has already stopped): it is logged and the process keeps serving every other
+// document, instead of Node's default of ending the process for all of them. A synchronous
+// throw that escaped may have left anything half-done: logged, then a normal shutdown, which
+// saves what it can (a supervisor restarts the process).
+process.on('unhandledRejection', (reason: unknown) => {
+  log.error({ err: reason }, 'unhandled rejection (a bug): the process keeps serving');
+});
+process.on('uncaughtException', (err: unknown) => {
+  log.fatal({ err }, 'uncaught exception (a bug): shutting down');
+  process.kill(process.pid, 'SIGTERM');
+});
