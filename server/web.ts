@@ -63,8 +63,10 @@ function errorPage(res: Response, status: number, title: string, detail: string)
     .type('html')
     .send(
       `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escape(title)}` +
-        ` · Scriptorium</title><style>body{font-family:system-ui,sans-serif;max-width:36em;` +
-        `margin:4em auto;padding:0 1em;color:#1d1d1f}</style></head><body>` +
+        // A style attribute, not a <style> element: the Content-Security-Policy allows only
+        // the former inline.
+        ` · Scriptorium</title></head><body style="font-family:system-ui,sans-serif;` +
+        `max-width:36em;margin:4em auto;padding:0 1em;color:#1d1d1f">` +
         `<h1>${escape(title)}</h1><p>${escape(detail)}</p>` +
         `<p><a href="/">Start a new document</a></p></body></html>`,
     );

@@ -98,7 +98,7 @@ test('GET /metrics/windows refuses a bad last with a bad-request body', async ()
   assert.equal(edge.status, 200);
 });
 
-test('GET /dashboard serves a self-contained page with the charts and the polling script', async () => {
+test('GET /dashboard serves a page with the charts, its script and style from this server', async () => {
   const response = await fetch(`${origin}/dashboard`);
   assert.equal(response.status, 200);
   assert.match(response.headers.get('content-type') ?? '', /^text\/html/);
@@ -106,10 +106,16 @@ test('GET /dashboard serves a self-contained page with the charts and the pollin
   for (const id of ['chart-latency', 'chart-rps', 'chart-editors', 'chart-eventloop']) {
     assert.match(html, new RegExp(`<canvas id="${id}">`));
   }
-  assert.match(html, /fetch\("metrics\/windows\?last="/);
-  assert.doesNotMatch(html, /<script[^>]+src=/, 'no external script');
   assert.doesNotMatch(html, /https?:\/\//, 'nothing fetched from the internet');
-  // The inline script must at least parse: a syntax error would leave an empty page.
-  const script = /<script>([\s\S]*)<\/script>/.exec(html)?.[1] ?? '';
+  // No inline script or style element: the page runs under a CSP without 'unsafe-inline'.
+  assert.doesNotMatch(html, /<script>|<style>/);
+  assert.match(html, /<script src="\/dashboard\/dashboard.js"><\/script>/);
+  const js = await fetch(`${origin}/dashboard/dashboard.js`);
+  assert.match(js.headers.get('content-type') ?? '', /javascript/);
+  const script = await js.text();
+  assert.match(script, /fetch\("metrics\/windows\?last="/);
+  // The script must at least parse: a syntax error would leave an empty page.
   assert.doesNotThrow(() => new Function(script));
+  const css = await fetch(`${origin}/dashboard/dashboard.css`);
+  assert.match(css.headers.get('content-type') ?? '', /^text\/css/);
 });
