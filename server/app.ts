@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { Server } from 'socket.io';
 import { createMetricsRegistry, MetricsRecorder } from '../metrics/index.js';
 import type { Config } from './config.js';
+import { Admission } from './admission.js';
 import { attachProtocol, type ScriptoriumServer } from './connection.js';
 import { createHttpApp, finishHttpApp } from './http.js';
 import { metricsRouter } from './metrics_http.js';
@@ -85,10 +86,19 @@ export function createScriptorium(
     httpCompression: false,
     cors: { origin: true },
   });
-  attachProtocol(io, rooms, log, isDraining, observer, {
-    maxDepth: config.maxJsonDepth,
-    maxBytes: config.maxMessageBytes,
-    maxStringBytes: config.maxAttributeBytes,
+  const stopProtocol = attachProtocol(io, rooms, log, isDraining, observer, {
+    json: {
+      maxDepth: config.maxJsonDepth,
+      maxBytes: config.maxMessageBytes,
+      maxStringBytes: config.maxAttributeBytes,
+    },
+    admission: new Admission(config),
+    batchesPerSecond: config.batchesPerSecond,
+    batchesBurst: config.batchesBurst,
+    pullsPerSecond: config.pullsPerSecond,
+    pullsBurst: config.pullsBurst,
+    maxProtocolErrors: config.maxProtocolErrors,
+    maxSocketBufferBytes: config.maxSocketBufferBytes,
   });
   // One line per window, in the units of /metrics/windows. A throwing logger must not break
   // the window timer.
@@ -147,6 +157,7 @@ export function createScriptorium(
       message: 'The server is restarting: reconnect in a moment',
       retryAfterMs: 1000,
     });
+    stopProtocol();
     io.disconnectSockets(true);
     rooms.closeAll();
     metrics.stop();

@@ -12,7 +12,11 @@ import {
   type SyncAnswer,
   type SyncRequest,
 } from '../schema/index.js';
+import type { Admission } from './admission.js';
 import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
+import { dropIfSlow, watchSlowConsumers } from './outbound.js';
+import { CreationRateError } from './rooms.js';
+import { TokenBucket } from './token_bucket.js';
 import type { JsonLimits } from './json_limits.js';
 import { attachPresence } from './presence.js';
 import type { BatchObserver, Room } from './room.js';
@@ -24,6 +28,26 @@ export interface SocketData {
   clientID: string;
   readOnly: boolean;
   room: Room | null;
+  /// The client's address (see `Admission.address`), counted while the socket is connected.
+  address: string;
+  /// `steps` batches, and `join` + `pull` requests, this socket may still send.
+  batches: TokenBucket;
+  pulls: TokenBucket;
+  /// Malformed messages received so far (`maxProtocolErrors` closes the socket).
+  protocolErrors: number;
+}
+
+/// What `attachProtocol` enforces per socket, from the server configuration.
+export interface ProtocolOptions {
+  /// Bounds of every incoming payload (message bytes, JSON depth, string length).
+  json: Readonly<JsonLimits>;
+  admission: Admission;
+  batchesPerSecond: number;
+  batchesBurst: number;
+  pullsPerSecond: number;
+  pullsBurst: number;
+  maxProtocolErrors: number;
+  maxSocketBufferBytes: number;
 }
 
 export type ScriptoriumServer = Server<
@@ -44,77 +68,151 @@ export type ScriptoriumSocket = Socket<
 /// the client as its `connect_error`.
 class HandshakeError extends Error {
   readonly data: ReturnType<typeof errorBody>;
-  constructor(code: ErrorCode) {
-    const body = errorBody(code);
+  constructor(code: ErrorCode, detail?: string) {
+    const body = errorBody(code, detail);
     super(body.message);
     this.data = body;
   }
 }
 
 /// Wires the protocol onto `io`: the handshake check (document id from `query.doc`, client id
-/// from `auth.clientID`) and the `join`, `pull` and `steps` handlers. `draining` tells whether
-/// the server is shutting down (new connections are refused with `shutting-down`). Refusals
-/// made here, before a batch reaches its room, are reported to `observer` like the others.
+/// from `auth.clientID`, the caps per address and per client id) and the `join`, `pull` and
+/// `steps` handlers, each behind the payload gate and its socket's token bucket. `draining`
+/// tells whether the server is shutting down (new connections are refused with
+/// `shutting-down`). Refusals made here, before a batch reaches its room, are reported to
+/// `observer` like the others. Returns a function that stops the slow-consumer sweep (for
+/// shutdown).
 export function attachProtocol(
   io: ScriptoriumServer,
   rooms: Rooms,
   log: Logger,
   draining: () => boolean,
   observer: BatchObserver | null,
-  limits: Readonly<JsonLimits>,
-): void {
+  options: ProtocolOptions,
+): () => void {
+  const { admission } = options;
   io.use((socket, next) => {
-    if (draining()) return next(new HandshakeError('shutting-down'));
+    try {
+      next(admit(socket));
+    } catch (err) {
+      log.error({ err }, 'handshake failed');
+      next(new HandshakeError('internal'));
+    }
+  });
+
+  function admit(socket: ScriptoriumSocket): HandshakeError | undefined {
+    if (draining()) return new HandshakeError('shutting-down');
+    // One string: `?doc=A&doc=B` arrives as an array and is refused here.
     const doc = socket.handshake.query['doc'];
     if (typeof doc !== 'string' || !docIdPattern.test(doc)) {
-      return next(new HandshakeError('bad-document-id'));
+      return new HandshakeError('bad-document-id');
     }
     const auth = socket.handshake.auth as Record<string, unknown> | undefined;
     const clientID = auth?.['clientID'];
     if (typeof clientID !== 'string' || !clientIdPattern.test(clientID)) {
-      return next(new HandshakeError('bad-client-id'));
+      return new HandshakeError('bad-client-id');
     }
     const readOnly = auth?.['readOnly'];
     if (readOnly !== undefined && typeof readOnly !== 'boolean') {
-      return next(new HandshakeError('bad-request'));
+      return new HandshakeError('bad-request');
     }
-    socket.data = { docId: doc, clientID, readOnly: readOnly === true, room: null };
-    next();
-  });
+    const address = admission.address(socket.request);
+    const cap = admission.enter(address, clientID);
+    if (cap === 'address') {
+      return new HandshakeError('too-many-connections', 'Too many connections from this address');
+    }
+    if (cap === 'client') {
+      return new HandshakeError('too-many-connections', 'Too many connections with this client id');
+    }
+    const now = Date.now();
+    socket.data = {
+      docId: doc,
+      clientID,
+      readOnly: readOnly === true,
+      room: null,
+      address,
+      batches: new TokenBucket(options.batchesPerSecond, options.batchesBurst, now),
+      pulls: new TokenBucket(options.pullsPerSecond, options.pullsBurst, now),
+      protocolErrors: 0,
+    };
+    // Counted from here: released when the socket disconnects (or fails to connect).
+    socket.conn.once('close', () => admission.leave(address, clientID));
+    return undefined;
+  }
+
+  /// Counts a malformed message of `socket`; past `maxProtocolErrors` the socket is closed
+  /// with `too-many-errors` (an honest client never sends one).
+  function strike(socket: ScriptoriumSocket): void {
+    if (++socket.data.protocolErrors < options.maxProtocolErrors || !socket.connected) return;
+    socket.emit('closing', { ...errorBody('too-many-errors'), retryAfterMs: 0 });
+    socket.disconnect(true);
+  }
+
+  /// A refusal for a request over its socket's bucket, or null when a token was there.
+  function overRate(bucket: TokenBucket, version?: number): ErrorAnswer | null {
+    const wait = bucket.take(Date.now());
+    if (wait === 0) return null;
+    const body: ErrorAnswer = { ok: false, ...errorBody('rate-limited', undefined, wait) };
+    if (version !== undefined) body.version = version;
+    return body;
+  }
+
+  const stopWatching = watchSlowConsumers(io, options.maxSocketBufferBytes, 250, (socket) =>
+    log.info({ doc: socket.data.docId, address: socket.data.address }, 'slow consumer dropped'),
+  );
 
   io.on('connection', (socket: ScriptoriumSocket) => {
     // First, so no handler (presence's included) ever sees a payload over the limits.
-    socket.use(payloadGate(socket, limits));
-    attachPresence(io, socket, log);
+    socket.use(payloadGate(socket, options.json, () => strike(socket)));
+    attachPresence(io, socket, log, () => strike(socket));
 
     socket.on(
       'join',
       guarded(socket, 'join', log, (...args: unknown[]) => {
         const ack = takeAck(socket, 'join', args);
-        if (!ack) return;
+        if (!ack) return strike(socket);
         const request = parseSyncRequest(args[0]);
-        if (typeof request === 'string') return ack(refusal('bad-request', request));
-        if (socket.data.room) return ack(socket.data.room.sync(request));
-        rooms.get(socket.data.docId, true).then(
-          (room) => {
-            // The socket may have left while the document loaded, or joined twice.
-            if (!socket.connected) return;
-            if (socket.data.room) return ack(socket.data.room.sync(request));
-            if (!room || room.state !== 'open') return ack(refusal('unavailable'));
-            // Joining the Socket.io room and answering happen in one synchronous step: every
-            // broadcast after the answer's version reaches this socket, and none before it.
-            void socket.join(room.docId);
-            socket.data.room = room;
-            rooms.attach(room);
-            ack(room.sync(request));
-          },
-          (err: unknown) => {
-            const code = loadFailureCode(err);
-            if (code !== 'corrupt')
-              log.warn({ doc: socket.data.docId, err }, 'document load failed');
-            ack(refusal(code));
-          },
-        );
+        if (typeof request === 'string') {
+          strike(socket);
+          return ack(refusal('bad-request', request));
+        }
+        const limited = overRate(socket.data.pulls);
+        if (limited) return ack(limited);
+        if (socket.data.room)
+          return answerSync(socket, socket.data.room, request, ack, options.maxSocketBufferBytes);
+        const address = socket.data.address;
+        rooms
+          .get(socket.data.docId, () => admission.mayCreate(address))
+          .then(
+            (room) => {
+              // The socket may have left while the document loaded, or joined twice.
+              if (!socket.connected) return;
+              if (socket.data.room)
+                return answerSync(
+                  socket,
+                  socket.data.room,
+                  request,
+                  ack,
+                  options.maxSocketBufferBytes,
+                );
+              if (!room || room.state !== 'open') return ack(refusal('unavailable'));
+              // Joining the Socket.io room and answering happen in one synchronous step: every
+              // broadcast after the answer's version reaches this socket, and none before it.
+              void socket.join(room.docId);
+              socket.data.room = room;
+              rooms.attach(room);
+              answerSync(socket, room, request, ack, options.maxSocketBufferBytes);
+            },
+            (err: unknown) => {
+              const code = loadFailureCode(err);
+              if (code === 'unavailable' || code === 'internal') {
+                log.warn({ doc: socket.data.docId, err }, 'document load failed');
+              }
+              const body = refusal(code, (err as Error)?.message);
+              if (err instanceof CreationRateError) body.retryAfterMs = err.retryAfterMs;
+              ack(body);
+            },
+          );
       }),
     );
 
@@ -122,12 +220,20 @@ export function attachProtocol(
       'pull',
       guarded(socket, 'pull', log, (...args: unknown[]) => {
         const ack = takeAck(socket, 'pull', args);
-        if (!ack) return;
+        if (!ack) return strike(socket);
         const request = parseSyncRequest(args[0]);
-        if (typeof request === 'string') return ack(refusal('bad-request', request));
+        if (typeof request === 'string') {
+          strike(socket);
+          return ack(refusal('bad-request', request));
+        }
         const room = socket.data.room;
-        if (!room) return ack(refusal('bad-request', 'Send join before pull'));
-        ack(room.sync(request));
+        if (!room) {
+          strike(socket);
+          return ack(refusal('bad-request', 'Send join before pull'));
+        }
+        const limited = overRate(socket.data.pulls, room.publishedVersion);
+        if (limited) return ack(limited);
+        answerSync(socket, room, request, ack, options.maxSocketBufferBytes);
       }),
     );
 
@@ -136,10 +242,13 @@ export function attachProtocol(
       guarded(socket, 'steps', log, (...args: unknown[]) => {
         const received = performance.now();
         const ack = takeAck(socket, 'steps', args) as ((answer: StepsAnswer) => void) | null;
-        if (!ack) return;
+        if (!ack) return strike(socket);
         const room = socket.data.room;
-        const refused = checkSteps(socket.data, room, args[0], draining());
+        const refused =
+          checkSteps(socket.data, room, args[0], draining()) ??
+          overRate(socket.data.batches, room?.publishedVersion);
         if (refused) {
+          if (refused.code === 'bad-request' || refused.code === 'invalid-step') strike(socket);
           ack(refused);
           if (observer) {
             const now = performance.now();
@@ -155,6 +264,7 @@ export function attachProtocol(
     socket.onAny((event: string) => {
       if (event !== 'join' && event !== 'pull' && event !== 'steps' && event !== 'presence') {
         const name = eventName(event);
+        strike(socket);
         socket.emit('protocol-error', {
           code: 'bad-request',
           message: `Unknown event "${name}"`,
@@ -174,6 +284,21 @@ export function attachProtocol(
       }),
     );
   });
+  return stopWatching;
+}
+
+/// Answers a `join` or `pull`, then drops the socket if the answer (a whole document, say)
+/// left more waiting for it than a socket may hold: a client that asks for documents and never
+/// reads them must not pile them up in this process.
+function answerSync(
+  socket: ScriptoriumSocket,
+  room: Room,
+  request: SyncRequest,
+  ack: (answer: SyncAnswer) => void,
+  maxBytes: number,
+): void {
+  ack(room.sync(request));
+  dropIfSlow(socket, maxBytes);
 }
 
 function takeAck(

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { errorBody, type ErrorCode } from '../schema/index.js';
 import type { ScriptoriumSocket } from './connection.js';
 import { measureJson, type JsonLimits } from './json_limits.js';
-import { CorruptDocumentError } from './rooms.js';
+import { CorruptDocumentError, CreationRateError, TooManyDocumentsError } from './rooms.js';
 import { StoreUnavailableError } from './store.js';
 
 // What stands between a socket's raw messages and the protocol handlers: a gate that bounds
@@ -77,9 +77,12 @@ export function guarded(
 
 /// The code a failed document load is answered with: `unavailable` when the store could not
 /// be reached (retryable), `corrupt` when the stored data cannot be read (not retryable; the
-/// document is quarantined), `internal` for anything else.
+/// document is quarantined), `rate-limited` when the address creates documents too fast,
+/// `too-many-documents` when the server is full, `internal` for anything else.
 export function loadFailureCode(err: unknown): ErrorCode {
   if (err instanceof StoreUnavailableError) return 'unavailable';
   if (err instanceof CorruptDocumentError) return 'corrupt';
+  if (err instanceof CreationRateError) return 'rate-limited';
+  if (err instanceof TooManyDocumentsError) return 'too-many-documents';
   return 'internal';
 }

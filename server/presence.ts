@@ -42,6 +42,7 @@ export function attachPresence(
   io: ScriptoriumServer,
   socket: ScriptoriumSocket,
   log: Logger,
+  onMalformed: () => void = () => {},
 ): void {
   socket.on(
     'presence',

@@ -12,6 +12,8 @@ import { StoreUnavailableError, type Store, type StoredDocument } from './store.
 /// Settings of the registry and the rooms it makes.
 export interface RoomsOptions extends RoomOptions, AuthorityLimits {
   idleUnloadMs: number;
+  /// Rooms held at most; the least recently used one without sockets is unloaded for a new one.
+  maxLoadedDocuments: number;
   /// Nesting allowed in stored JSON, checked before it is parsed into a document.
   maxJsonDepth: number;
 }
@@ -27,6 +29,26 @@ export class CorruptDocumentError extends Error {
     this.docId = docId;
   }
 }
+
+/// Rejects `Rooms.get` when a new document may not be created yet (`rate-limited`).
+export class CreationRateError extends Error {
+  constructor(readonly retryAfterMs: number) {
+    super(`Too many new documents from this address: wait ${retryAfterMs} ms`);
+    this.name = 'CreationRateError';
+  }
+}
+
+/// Rejects `Rooms.get` when `maxLoadedDocuments` rooms are held and every one has editors.
+export class TooManyDocumentsError extends Error {
+  constructor(max: number) {
+    super(`The server holds ${max} documents, each with editors: try again later`);
+    this.name = 'TooManyDocumentsError';
+  }
+}
+
+/// Whether a document the store does not know may be created: 0 when it may, otherwise
+/// milliseconds until it may. Asked only when a document would really be created.
+export type CreatePermit = () => number;
 
 /// How long a document that failed to load as corrupt is refused without reading the store
 /// again. Clients are told `corrupt` (not retryable), so this only bounds how often a
@@ -49,6 +71,8 @@ export class Rooms {
   private readonly loading = new Map<string, Promise<Room | null>>();
   private readonly unloadTimers = new Map<string, NodeJS.Timeout>();
   private readonly quarantined = new Map<string, Quarantine>();
+  /// Rooms being saved to be unloaded for a new one.
+  private readonly evicting = new Set<Room>();
   /// Documents refused as corrupt since start, for the operator's metrics.
   corruptLoads = 0;
   /// Rooms closed because serving them threw, since start.
@@ -90,13 +114,22 @@ export class Rooms {
   }
 
   /// The room of `docId`, loading it from the store if needed. With `create` a document the
-  /// store does not know starts empty (a fresh epoch, version 0); without it, resolves null.
+  /// store does not know starts empty (a fresh epoch, version 0), if the permit (when `create`
+  /// is one) allows it, else rejects with `CreationRateError`; without it, resolves null.
+  /// When `maxLoadedDocuments` rooms are held, the least recently used one without sockets is
+  /// unloaded first (after its snapshot); if every one has sockets, rejects with
+  /// `TooManyDocumentsError`.
   /// Rejects with the store's `StoreUnavailableError` when it cannot load (retryable), and with
   /// `CorruptDocumentError` when the stored data cannot be read back (the document is then
   /// quarantined for `quarantineMs`).
-  get(docId: string, create: boolean): Promise<Room | null> {
+  get(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     const room = this.rooms.get(docId);
-    if (room) return Promise.resolve(room);
+    if (room) {
+      // Re-inserted: the map's order is least recently used first.
+      this.rooms.delete(docId);
+      this.rooms.set(docId, room);
+      return Promise.resolve(room);
+    }
     const quarantine = this.quarantined.get(docId);
     if (quarantine) {
       if (Date.now() < quarantine.until) {
@@ -153,8 +186,9 @@ export class Rooms {
     this.rooms.clear();
   }
 
-  private async load(docId: string, create: boolean): Promise<Room | null> {
+  private async load(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     if (this.closing) throw new StoreUnavailableError('shutting down');
+    await this.makeSpace(docId);
     let stored: StoredDocument | null;
     try {
       stored = await this.store.load(docId);
@@ -174,6 +208,8 @@ export class Rooms {
         throw this.quarantine(docId, err);
       }
     } else if (create) {
+      const wait = typeof create === 'function' ? create() : 0;
+      if (wait > 0) throw new CreationRateError(wait);
       const authority = new Authority(emptyDoc(), 0, this.options);
       room = this.makeRoom(docId, randomUUID(), authority, 0);
     } else {
@@ -184,6 +220,45 @@ export class Rooms {
     // A room loaded for a read or a join that never came must not stay forever.
     this.scheduleUnload(room);
     return room;
+  }
+
+  /// Unloads least recently used rooms without sockets until there is room for one more.
+  /// Rejects with `TooManyDocumentsError` when every held room has sockets (or none could be
+  /// saved: a room whose snapshot fails stays, it holds steps not yet in a snapshot).
+  private async makeSpace(docId: string): Promise<void> {
+    const max = this.options.maxLoadedDocuments;
+    const tried = new Set<Room>();
+    // Loads in flight count too (they will each add a room), except this one.
+    while (this.rooms.size + this.loading.size - (this.loading.has(docId) ? 1 : 0) >= max) {
+      let victim: Room | null = null;
+      for (const room of this.rooms.values()) {
+        if (
+          room.sockets === 0 &&
+          room.state === 'open' &&
+          !this.evicting.has(room) &&
+          !tried.has(room)
+        ) {
+          victim = room;
+          break;
+        }
+      }
+      if (!victim) throw new TooManyDocumentsError(max);
+      tried.add(victim);
+      this.evicting.add(victim);
+      try {
+        await victim.whenIdle();
+        const saved = await victim.snapshot();
+        if (!saved || victim.sockets > 0 || this.rooms.get(victim.docId) !== victim) continue;
+        const timer = this.unloadTimers.get(victim.docId);
+        if (timer) clearTimeout(timer);
+        this.unloadTimers.delete(victim.docId);
+        this.rooms.delete(victim.docId);
+        victim.close();
+        this.log.debug({ doc: victim.docId }, 'document unloaded to make room for another');
+      } finally {
+        this.evicting.delete(victim);
+      }
+    }
   }
 
   /// Records `docId` as quarantined because of `err`; returns the error to reject with.

@@ -1,0 +1,83 @@
+import type { IncomingMessage } from 'node:http';
+import proxyAddr from 'proxy-addr';
+import { TokenBucket } from './token_bucket.js';
+
+/// The caps admission enforces, from the server configuration (0 = no limit).
+export interface AdmissionLimits {
+  maxConnectionsPerIp: number;
+  maxSocketsPerClient: number;
+  newDocumentsPerMinute: number;
+  trustProxy: readonly string[];
+}
+
+/// Who may connect, counted per client address and per client id, and how fast one address
+/// may create documents. Counts are held while sockets are connected and released when they
+/// leave; buckets of addresses that have been quiet long enough to be full again are dropped,
+/// so nothing here grows with the number of addresses ever seen.
+export class Admission {
+  private readonly perAddress = new Map<string, number>();
+  private readonly perClient = new Map<string, number>();
+  private readonly creations = new Map<string, TokenBucket>();
+  private readonly trust: (address: string, hop: number) => boolean;
+  private lastSweep = 0;
+
+  constructor(private readonly limits: AdmissionLimits) {
+    this.trust = proxyAddr.compile([...limits.trustProxy]);
+  }
+
+  /// The client's address: the peer's, or, when the peer is a trusted proxy, the nearest
+  /// untrusted address in `X-Forwarded-For`.
+  address(request: IncomingMessage): string {
+    return proxyAddr(request, this.trust);
+  }
+
+  /// Counts a socket of `address` and `clientID` in, or says which cap it hits ('address' or
+  /// 'client') and counts nothing.
+  enter(address: string, clientID: string): 'address' | 'client' | null {
+    const fromAddress = this.perAddress.get(address) ?? 0;
+    if (this.limits.maxConnectionsPerIp > 0 && fromAddress >= this.limits.maxConnectionsPerIp) {
+      return 'address';
+    }
+    const ofClient = this.perClient.get(clientID) ?? 0;
+    if (this.limits.maxSocketsPerClient > 0 && ofClient >= this.limits.maxSocketsPerClient) {
+      return 'client';
+    }
+    this.perAddress.set(address, fromAddress + 1);
+    this.perClient.set(clientID, ofClient + 1);
+    return null;
+  }
+
+  /// Counts a socket that `enter` admitted out again.
+  leave(address: string, clientID: string): void {
+    decrement(this.perAddress, address);
+    decrement(this.perClient, clientID);
+  }
+
+  /// Asks whether `address` may create one more document now: 0 when it may (the creation is
+  /// counted), otherwise milliseconds until it may.
+  mayCreate(address: string, now: number = Date.now()): number {
+    const perMinute = this.limits.newDocumentsPerMinute;
+    if (perMinute === 0) return 0;
+    let bucket = this.creations.get(address);
+    if (!bucket) {
+      bucket = new TokenBucket(perMinute / 60, perMinute, now);
+      this.creations.set(address, bucket);
+    }
+    const wait = bucket.take(now);
+    if (now - this.lastSweep > 60_000) this.sweep(now);
+    return wait;
+  }
+
+  private sweep(now: number): void {
+    this.lastSweep = now;
+    for (const [address, bucket] of this.creations) {
+      if (bucket.full(now)) this.creations.delete(address);
+    }
+  }
+}
+
+function decrement(map: Map<string, number>, key: string): void {
+  const count = (map.get(key) ?? 0) - 1;
+  if (count > 0) map.set(key, count);
+  else map.delete(key);
+}

@@ -1,0 +1,72 @@
+import type { ScriptoriumServer, ScriptoriumSocket } from './connection.js';
+
+// Socket.io has no per-socket count of bytes waiting to go out, and a reader that never reads
+// makes them pile up in this process: every broadcast is queued for it. Two places hold them:
+// - engine.io's `writeBuffer`: packets not yet handed to the transport (for websocket, while
+//   the previous write is in flight; for polling, until the client polls);
+// - for websocket, the `ws` socket's `bufferedAmount`: frames handed to it that the kernel has
+//   not taken yet (its socket buffer is full because the peer does not read).
+// Both are read, not modified, through fields that engine.io and ws have kept stable across
+// their 6.x and 8.x lines.
+
+interface EnginePacket {
+  data?: unknown;
+}
+
+interface EngineSocket {
+  writeBuffer?: EnginePacket[];
+  transport?: { socket?: { bufferedAmount?: number } };
+}
+
+/// Bytes the server holds for `socket` that its client has not read yet (estimated: string
+/// packets count their length).
+export function bufferedBytes(socket: ScriptoriumSocket): number {
+  const engine = socket.conn as unknown as EngineSocket;
+  let bytes = engine.transport?.socket?.bufferedAmount ?? 0;
+  const queue = engine.writeBuffer;
+  if (queue) {
+    for (let i = 0; i < queue.length; i++) {
+      const data = queue[i]!.data;
+      if (typeof data === 'string') bytes += data.length;
+      else if (data instanceof Uint8Array) bytes += data.byteLength;
+    }
+  }
+  return bytes;
+}
+
+/// Disconnects `socket` with `slow-consumer` when more than `maxBytes` wait for it. Returns
+/// true when it did. The `closing` notice is best effort: a client that does not read may
+/// never see it, and reconnecting catches it up by version either way.
+export function dropIfSlow(socket: ScriptoriumSocket, maxBytes: number): boolean {
+  if (!socket.connected || bufferedBytes(socket) <= maxBytes) return false;
+  socket.emit('closing', {
+    code: 'slow-consumer',
+    message: 'This connection did not read what the server sent in time: reconnect to catch up',
+    retryAfterMs: 0,
+  });
+  // `true` closes the underlying connection, which releases what was buffered for it.
+  socket.disconnect(true);
+  return true;
+}
+
+/// Checks every socket of `io` every `intervalMs` (an unref'd timer: O(sockets) reads of two
+/// fields, cheap next to the broadcasts that fill the buffers). Returns a function that stops
+/// it. `onDropped` is told of each socket dropped.
+export function watchSlowConsumers(
+  io: ScriptoriumServer,
+  maxBytes: number,
+  intervalMs = 250,
+  onDropped: (socket: ScriptoriumSocket) => void = () => {},
+): () => void {
+  const timer = setInterval(() => {
+    try {
+      for (const socket of io.sockets.sockets.values()) {
+        if (dropIfSlow(socket, maxBytes)) onDropped(socket);
+      }
+    } catch {
+      // A timer's throw would end the process; the next sweep tries again.
+    }
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}
