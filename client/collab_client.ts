@@ -5,6 +5,7 @@ import { Step, type StepMap } from 'prosemirror-transform';
 import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
 import {
   errorBody,
+  errors,
   isErrorCode,
   rebaseSteps,
   schema,
@@ -425,7 +426,7 @@ export class CollabClient {
   /// A refusal other than `stale`: retryable ones are retried with backoff; the others either
   /// drop the local steps the server will never take (`dropLocal`) or fail the client.
   private handleRefusal(
-    answer: { code: string; message: string; retryable?: boolean },
+    answer: { code: string; message: string; retryable?: boolean; retryAfterMs?: number },
     retry: () => void,
     dropLocal = false,
   ): void {
@@ -437,8 +438,12 @@ export class CollabClient {
         Math.max(this.retryDelayMs * 2, this.options.reconnectDelayMs ?? 500),
         this.options.reconnectDelayMaxMs ?? 10_000,
       );
-      const delay =
-        this.retryDelayMs * (1 + (Math.random() - 0.5) * (this.options.reconnectJitter ?? 0.5));
+      // A rate limit says exactly when a token will be there: waiting longer only delays the
+      // edit, shorter only earns another refusal. A little jitter spreads a burst of clients.
+      const hinted = typeof answer.retryAfterMs === 'number' && answer.retryAfterMs >= 0;
+      const delay = hinted
+        ? answer.retryAfterMs! * (1 + Math.random() * 0.2)
+        : this.retryDelayMs * (1 + (Math.random() - 0.5) * (this.options.reconnectJitter ?? 0.5));
       this.retryTimer = setTimeout(() => {
         this.retryTimer = null;
         retry();
@@ -461,9 +466,15 @@ export class CollabClient {
     this.setStatus('offline');
     if (this.closed) return;
     if (reason === 'io server disconnect') {
-      // The server sent us away on purpose (shutdown, a reload of its copy). Socket.io does
-      // not reconnect by itself after that; come back after the hinted delay, with jitter.
-      const hint = this.closingNotice?.retryAfterMs ?? 1000;
+      // The server sent us away on purpose (shutdown, a reload of its copy, a slow reader).
+      // Socket.io does not reconnect by itself after that; come back after the hinted delay,
+      // with jitter, unless the reason says coming back cannot help (`too-many-errors`).
+      const notice = this.closingNotice;
+      if (notice && isErrorCode(notice.code) && !errors[notice.code].retryable) {
+        this.fail(errorBody(notice.code, notice.message));
+        return;
+      }
+      const hint = notice?.retryAfterMs ?? 1000;
       this.retryTimer = setTimeout(
         () => {
           this.retryTimer = null;

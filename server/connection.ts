@@ -102,9 +102,8 @@ export function attachProtocol(
 
   function admit(socket: ScriptoriumSocket): HandshakeError | undefined {
     if (draining()) return new HandshakeError('shutting-down');
-    // One string: `?doc=A&doc=B` arrives as an array and is refused here.
     const doc = socket.handshake.query['doc'];
-    if (typeof doc !== 'string' || !docIdPattern.test(doc)) {
+    if (typeof doc !== 'string' || !docIdPattern.test(doc) || !oneDocument(socket.request.url)) {
       return new HandshakeError('bad-document-id');
     }
     const auth = socket.handshake.auth as Record<string, unknown> | undefined;
@@ -285,6 +284,15 @@ export function attachProtocol(
     );
   });
   return stopWatching;
+}
+
+/// True when the handshake's URL names exactly one `doc`. Engine.IO keeps the last of repeated
+/// query keys, so `?doc=A&doc=B` would otherwise open B for a client (or a proxy routing on the
+/// first value) that meant A.
+function oneDocument(url: string | undefined): boolean {
+  const query = url?.indexOf('?') ?? -1;
+  if (query < 0) return false;
+  return new URLSearchParams(url!.slice(query + 1)).getAll('doc').length === 1;
 }
 
 /// Answers a `join` or `pull`, then drops the socket if the answer (a whole document, say)
