@@ -229,7 +229,9 @@ export class Authority {
   /// carrying whatever value the client put in it.
   private applyStep(step: Step, index: number, doc: Node): Node | null | Refusal {
     if (step instanceof AttrStep) {
-      const node = doc.nodeAt(step.pos);
+      // `nodeAt` throws for a position past the document, outside the `try` below (a throw
+      // here would fail the room); such a step fails to apply there instead.
+      const node = step.pos <= doc.content.size ? doc.nodeAt(step.pos) : null;
       if (node && !Object.prototype.hasOwnProperty.call(node.type.spec.attrs ?? {}, step.attr)) {
         return this.invalid(index, `${node.type.name} has no attribute ${step.attr}`);
       }
