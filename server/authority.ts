@@ -192,11 +192,11 @@ export class Authority {
           `Step ${i} would make the document larger than ${this.limits.maxDocBytes} bytes or ${this.limits.maxDocSize} positions`,
         );
       }
-      if (this.now() - started > this.limits.maxApplyMs) {
-        return this.refusal(
-          'too-large',
-          `The batch took longer than ${this.limits.maxApplyMs} ms to apply: send smaller batches`,
-        );
+      // Checked between steps, to stop a batch before it does more: refusing after its last
+      // step saves no time, and would refuse a single step (whose cost the size limits bound)
+      // whenever a GC pause pushed it over, with a code that tells the client not to retry.
+      if (i < steps.length - 1 && this.now() - started > this.limits.maxApplyMs) {
+        return this.overBudget();
       }
       rebaser?.applied(step);
       accepted[i] = step;
@@ -325,6 +325,13 @@ export class Authority {
       version: this.version,
       message: `Batch made at version ${version}; the document is at ${this.version}`,
     };
+  }
+
+  private overBudget(): Refusal {
+    return this.refusal(
+      'too-large',
+      `The batch took longer than ${this.limits.maxApplyMs} ms to apply: send smaller batches`,
+    );
   }
 
   private invalid(index: number, reason: string): Refusal {
