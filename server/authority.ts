@@ -132,6 +132,8 @@ export class Authority {
     }
 
     const steps: Step[] = new Array(stepsJSON.length);
+    // A markSet's mark steps count as steps: one message could otherwise carry thousands.
+    let count = stepsJSON.length;
     for (let i = 0; i < stepsJSON.length; i++) {
       let step: Step;
       try {
@@ -139,8 +141,16 @@ export class Authority {
       } catch (err) {
         return this.invalid(i, (err as Error).message);
       }
-      const problem = stepProblem(step.toJSON() as StepJSON);
+      const json = step.toJSON() as StepJSON;
+      const problem = stepProblem(json);
       if (problem) return this.invalid(i, problem);
+      if (json.stepType === 'markSet') count += (json['steps'] as unknown[]).length - 1;
+      if (count > this.limits.maxStepsPerBatch) {
+        return this.refusal(
+          'too-large',
+          `A batch may hold at most ${this.limits.maxStepsPerBatch} steps`,
+        );
+      }
       steps[i] = step;
     }
 
@@ -160,7 +170,7 @@ export class Authority {
         if (!mapped) return this.stale(version);
         step = mapped;
       }
-      const next = this.applyStep(step, i, doc);
+      const next = this.applyStep(step, i, doc, started);
       if (next === null) {
         return rebaser ? this.stale(version) : this.invalid(i, 'the step does not apply');
       }
@@ -227,7 +237,7 @@ export class Authority {
   /// refusal. An attribute step must name an attribute the node's type defines: prosemirror-
   /// model would silently drop an unknown one, and the step would be stored and broadcast
   /// carrying whatever value the client put in it.
-  private applyStep(step: Step, index: number, doc: Node): Node | null | Refusal {
+  private applyStep(step: Step, index: number, doc: Node, started: number): Node | null | Refusal {
     if (step instanceof AttrStep) {
       // `nodeAt` throws for a position past the document, outside the `try` below (a throw
       // here would fail the room); such a step fails to apply there instead.
@@ -241,6 +251,20 @@ export class Authority {
       }
     }
     try {
+      // A markSet (what undoing a mark change sends) applies all its mark steps in one
+      // `apply`: they are applied here one by one, as it would, so that the time budget is
+      // checked between them too. Only a markSet has `steps`.
+      const inner = (step as unknown as { steps?: unknown }).steps;
+      if (Array.isArray(inner)) {
+        let current = doc;
+        for (let j = 0; j < inner.length; j++) {
+          if (j > 0 && this.now() - started > this.limits.maxApplyMs) return this.overBudget();
+          const result = (inner[j] as Step).apply(current);
+          if (result.failed !== null || !result.doc) return null;
+          current = result.doc;
+        }
+        return current;
+      }
       const result = step.apply(doc);
       return result.failed === null && result.doc ? result.doc : null;
     } catch (err) {
