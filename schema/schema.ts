@@ -1,6 +1,6 @@
 import { Schema, type MarkSpec, type Node } from 'prosemirror-model';
 import { marks as basicMarks, nodes as basicNodes } from 'prosemirror-schema-basic';
-import { addListNodes, orderedList } from 'prosemirror-schema-list';
+import { addListNodes } from 'prosemirror-schema-list';
 import { isSafeImageUrl, isSafeLinkUrl } from './url.js';
 
 /// Bumped whenever a change to the schema could make a stored document or step unreadable.
@@ -83,12 +83,17 @@ const baseNodes = new Schema({ nodes: basicNodes, marks: {} }).spec.nodes
     },
   });
 
+// `addListNodes` gives the list nodes their content and group; the bare `orderedList` spec has
+// neither, and updating with it alone would make ordered lists leaves outside `block`, which no
+// editor could create and no stored document holding one could load.
+const withLists = addListNodes(baseNodes, 'paragraph block*', 'block');
+
 /// The one schema shared by the server, the browser editor and the simulator: paragraph,
 /// headings 1–6, blockquote, code block, horizontal rule, hard break, image, bullet and ordered
 /// lists with list items, and the marks strong, em, code, link and strike.
 export const schema = new Schema({
-  nodes: addListNodes(baseNodes, 'paragraph block*', 'block').update('ordered_list', {
-    ...orderedList,
+  nodes: withLists.update('ordered_list', {
+    ...withLists.get('ordered_list'),
     attrs: { order: { default: 1, validate: wholeNumber('ordered list order', 0, 999_999_999) } },
   }),
   marks: {

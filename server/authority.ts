@@ -135,6 +135,8 @@ export class Authority {
     // The parsed steps' own JSON: checked here, and what is journaled and broadcast when the
     // batch is not rebased (a rebased step has new positions and is serialised again).
     const normalized: StepJSON[] = new Array(stepsJSON.length);
+    // A markSet's mark steps count as steps: one message could otherwise carry thousands.
+    let count = stepsJSON.length;
     for (let i = 0; i < stepsJSON.length; i++) {
       let step: Step;
       try {
@@ -145,6 +147,13 @@ export class Authority {
       const json = step.toJSON() as StepJSON;
       const problem = stepProblem(json);
       if (problem) return this.invalid(i, problem);
+      if (json.stepType === 'markSet') count += (json['steps'] as unknown[]).length - 1;
+      if (count > this.limits.maxStepsPerBatch) {
+        return this.refusal(
+          'too-large',
+          `A batch may hold at most ${this.limits.maxStepsPerBatch} steps`,
+        );
+      }
       steps[i] = step;
       normalized[i] = json;
     }
@@ -165,7 +174,7 @@ export class Authority {
         if (!mapped) return this.stale(version);
         step = mapped;
       }
-      const next = this.applyStep(step, i, doc);
+      const next = this.applyStep(step, i, doc, started);
       if (next === null) {
         return rebaser ? this.stale(version) : this.invalid(i, 'the step does not apply');
       }
@@ -197,11 +206,11 @@ export class Authority {
           `Step ${i} would make the document larger than ${this.limits.maxDocBytes} bytes or ${this.limits.maxDocSize} positions`,
         );
       }
-      if (this.now() - started > this.limits.maxApplyMs) {
-        return this.refusal(
-          'too-large',
-          `The batch took longer than ${this.limits.maxApplyMs} ms to apply: send smaller batches`,
-        );
+      // Checked between steps, to stop a batch before it does more: refusing after its last
+      // step saves no time, and would refuse a single step (whose cost the size limits bound)
+      // whenever a GC pause pushed it over, with a code that tells the client not to retry.
+      if (i < steps.length - 1 && this.now() - started > this.limits.maxApplyMs) {
+        return this.overBudget();
       }
       rebaser?.applied(step);
       accepted[i] = step;
@@ -235,9 +244,11 @@ export class Authority {
   /// refusal. An attribute step must name an attribute the node's type defines: prosemirror-
   /// model would silently drop an unknown one, and the step would be stored and broadcast
   /// carrying whatever value the client put in it.
-  private applyStep(step: Step, index: number, doc: Node): Node | null | Refusal {
+  private applyStep(step: Step, index: number, doc: Node, started: number): Node | null | Refusal {
     if (step instanceof AttrStep) {
-      const node = doc.nodeAt(step.pos);
+      // `nodeAt` throws for a position past the document, outside the `try` below (a throw
+      // here would fail the room); such a step fails to apply there instead.
+      const node = step.pos <= doc.content.size ? doc.nodeAt(step.pos) : null;
       if (node && !Object.prototype.hasOwnProperty.call(node.type.spec.attrs ?? {}, step.attr)) {
         return this.invalid(index, `${node.type.name} has no attribute ${step.attr}`);
       }
@@ -247,6 +258,20 @@ export class Authority {
       }
     }
     try {
+      // A markSet (what undoing a mark change sends) applies all its mark steps in one
+      // `apply`: they are applied here one by one, as it would, so that the time budget is
+      // checked between them too. Only a markSet has `steps`.
+      const inner = (step as unknown as { steps?: unknown }).steps;
+      if (Array.isArray(inner)) {
+        let current = doc;
+        for (let j = 0; j < inner.length; j++) {
+          if (j > 0 && this.now() - started > this.limits.maxApplyMs) return this.overBudget();
+          const result = (inner[j] as Step).apply(current);
+          if (result.failed !== null || !result.doc) return null;
+          current = result.doc;
+        }
+        return current;
+      }
       const result = step.apply(doc);
       return result.failed === null && result.doc ? result.doc : null;
     } catch (err) {
@@ -331,6 +356,13 @@ export class Authority {
       version: this.version,
       message: `Batch made at version ${version}; the document is at ${this.version}`,
     };
+  }
+
+  private overBudget(): Refusal {
+    return this.refusal(
+      'too-large',
+      `The batch took longer than ${this.limits.maxApplyMs} ms to apply: send smaller batches`,
+    );
   }
 
   private invalid(index: number, reason: string): Refusal {

@@ -113,8 +113,10 @@ class DocFiles {
 /// reconstruct every acknowledged step. Appends to one document that queue up while a write is
 /// in flight (or within one turn) share one write and one fsync.
 ///
-/// I/O failures reject with `StoreUnavailableError`; so does a journal that is corrupt other
-/// than in its last line (a torn last line, from a crash mid-write, is dropped and truncated).
+/// I/O failures reject with `StoreUnavailableError`. Files that do not parse, and a journal
+/// that is corrupt other than in its last line or has a gap, reject with a `TypeError` or
+/// `SyntaxError` (the document is damaged; the server quarantines it). A torn last line, from
+/// a crash mid-write, is dropped and truncated.
 ///
 /// Every operation is bounded by `timeoutMs`, because a disk can hang (a dying drive, a network
 /// mount gone away) rather than fail. A timed-out operation that had not started never runs.
@@ -349,10 +351,9 @@ export class FileStore implements Store {
     for (let i = 0; i < journal.length; i++) {
       const entry = journal[i]!;
       // Entries are contiguous; the first may start inside the snapshot (it was kept whole).
+      // Damaged data, not an unreachable store: retrying cannot help (see `toUnavailable`).
       if (i === 0 ? entry.baseVersion > version : entry.baseVersion !== version)
-        throw new StoreUnavailableError(
-          `journal of ${doc.docId} has a gap at ${entry.baseVersion}`,
-        );
+        throw new TypeError(`journal of ${doc.docId} has a gap at ${entry.baseVersion}`);
       version = entryEnd(entry);
     }
     doc.known = true;
@@ -397,7 +398,7 @@ export class FileStore implements Store {
       try {
         entries.push(parseJournalEntry(JSON.parse(text.slice(start, end))));
       } catch (error) {
-        throw new StoreUnavailableError(`corrupt journal line in ${path}`, { cause: error });
+        throw new TypeError(`corrupt journal line in ${path}`, { cause: error });
       }
       start = end + 1;
     }

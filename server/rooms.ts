@@ -7,6 +7,7 @@ import { Authority, type AuthorityLimits } from './authority.js';
 import { Room, type BatchObserver, type RoomOptions, type RoomTransport } from './room.js';
 import { nodeStats } from './doc_check.js';
 import { measureJson } from './json_limits.js';
+import { stepProblem } from './step_check.js';
 import { StoreUnavailableError, type Store, type StoredDocument } from './store.js';
 
 /// Settings of the registry and the rooms it makes.
@@ -332,6 +333,11 @@ export class Rooms {
         let result;
         try {
           steps[i] = Step.fromJSON(schema, stepsJSON[i]);
+          // Journals written before the step checks can hold steps they refuse: 40 replaces
+          // with from > to, each doubling the document, hold the loop for seconds and take
+          // gigabytes before anything else notices.
+          const problem = stepProblem(steps[i]!.toJSON() as StepJSON);
+          if (problem) throw new RangeError(problem);
           result = steps[i]!.apply(current);
         } catch (err) {
           throw new CorruptDocumentError(

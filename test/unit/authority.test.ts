@@ -305,3 +305,49 @@ describe('Authority', () => {
     });
   }
 });
+
+describe('Authority under hostile input', () => {
+  /// A clock that moves `stepMs` every time it is read: each step "takes" that long.
+  function slowClock(stepMs: number): () => number {
+    let now = 0;
+    return () => (now += stepMs);
+  }
+
+  it('answers an attr step past the document with invalid-step instead of throwing', () => {
+    const authority = new Authority(emptyDoc(), 0, limits);
+    const outcome = authority.receive(
+      0,
+      [{ stepType: 'attr', pos: 99, attr: 'level', value: 2 }],
+      'a',
+    );
+    assert.equal(!outcome.ok && outcome.code, 'invalid-step');
+    assert.equal(authority.version, 0);
+  });
+
+  it('never refuses a single step for the time budget, and stops a longer batch between steps', () => {
+    const budget = { ...limits, maxApplyMs: 20 };
+    const single = new Authority(emptyDoc(), 0, budget, slowClock(25));
+    assert.equal(single.receive(0, [insertStep()], 'a').ok, true);
+    const two = new Authority(emptyDoc(), 0, budget, slowClock(25));
+    const outcome = two.receive(0, [insertStep(), insertStep()], 'a');
+    assert.equal(!outcome.ok && outcome.code, 'too-large');
+    assert.equal(two.version, 0);
+  });
+
+  it("counts a markSet's mark steps toward the batch limit and the time budget", () => {
+    const doc = EditorState.create({ doc: emptyDoc() }).tr.insertText('hello', 1).doc;
+    const mark = (type: string) => ({ stepType: 'addMark', mark: { type }, from: 1, to: 3 });
+    const marks = (count: number) => ({
+      stepType: 'markSet',
+      steps: Array.from({ length: count }, (_, i) => mark(i % 2 ? 'em' : 'strong')),
+    });
+    const counted = new Authority(doc, 0, limits);
+    const tooMany = counted.receive(0, [marks(limits.maxStepsPerBatch + 1)], 'a');
+    assert.equal(!tooMany.ok && tooMany.code, 'too-large');
+    assert.equal(counted.receive(0, [marks(limits.maxStepsPerBatch)], 'a').ok, true);
+    const slow = new Authority(doc, 0, { ...limits, maxApplyMs: 20 }, slowClock(25));
+    const outOfTime = slow.receive(0, [marks(3)], 'a');
+    assert.equal(!outOfTime.ok && outOfTime.code, 'too-large');
+    assert.equal(slow.version, 0);
+  });
+});
