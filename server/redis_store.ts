@@ -155,6 +155,7 @@ export class RedisStore implements Store {
   private closed = false;
   /// When the current client last showed it was alive: created, ready, or answered a PING.
   private lastAnswerAt: number;
+  private lastCheckAt: number;
   private readonly watchdog: NodeJS.Timeout;
   private readonly readyWaiters = new Set<() => void>();
 
@@ -165,6 +166,7 @@ export class RedisStore implements Store {
     this.keyPrefix = options.keyPrefix ?? 'scriptorium:';
     this.logger = options.logger ?? null;
     this.lastAnswerAt = performance.now();
+    this.lastCheckAt = this.lastAnswerAt;
     this.client = this.connect();
     this.watchdog = setInterval(() => this.checkAlive(), this.pingIntervalMs);
     // The store must not keep a process alive that has nothing else to do.
@@ -315,7 +317,16 @@ export class RedisStore implements Store {
   /// connections this also restarts the client's backoff every few seconds, which is harmless.
   private checkAlive(): void {
     if (this.closed) return;
-    const silentMs = performance.now() - this.lastAnswerAt;
+    const now = performance.now();
+    const sinceCheck = now - this.lastCheckAt;
+    this.lastCheckAt = now;
+    // After the event loop was blocked (a large document parsed, a long GC), timers run before
+    // the replies that arrived meanwhile are read: silence measured then is ours, not Redis's.
+    if (sinceCheck > 2 * this.pingIntervalMs) {
+      this.lastAnswerAt = now;
+      return;
+    }
+    const silentMs = now - this.lastAnswerAt;
     if (silentMs <= this.pingIntervalMs + this.commandTimeoutMs) return;
     this.lost(
       { silentMs: Math.round(silentMs) },
@@ -323,6 +334,7 @@ export class RedisStore implements Store {
     );
     const dead = this.client;
     this.lastAnswerAt = performance.now();
+    this.lastCheckAt = this.lastAnswerAt;
     this.client = this.connect();
     // Rejects what is still waiting on the dead connection (as unavailable) and stops its
     // reconnection loop. Commands it already sent may still run if Redis was only slow, as
@@ -344,17 +356,27 @@ export class RedisStore implements Store {
     const tail = [String(keys.length), ...keys, ...args];
     const client = this.client;
     return this.withTimeout(
-      client.sendCommand(['EVALSHA', s.sha1, ...tail]).catch((error: unknown) => {
-        if (error instanceof ErrorReply && error.message.startsWith('NOSCRIPT'))
-          return client.sendCommand(['EVAL', s.source, ...tail]);
-        throw error;
-      }),
+      client
+        .sendCommand(['EVALSHA', s.sha1, ...tail])
+        .catch((error: unknown) => {
+          if (error instanceof ErrorReply && error.message.startsWith('NOSCRIPT'))
+            return client.sendCommand(['EVAL', s.source, ...tail]);
+          throw error;
+        })
+        .then(this.alive),
     ).catch(unavailable);
   }
 
   private command(args: string[]): Promise<unknown> {
-    return this.withTimeout(this.client.sendCommand(args)).catch(unavailable);
+    return this.withTimeout(this.client.sendCommand(args).then(this.alive)).catch(unavailable);
   }
+
+  /// Any reply is a sign of life, not only the PINGs': a connection busy with long commands
+  /// (node-redis queues its PINGs behind them) is not a dead one.
+  private readonly alive = <T>(reply: T): T => {
+    this.lastAnswerAt = performance.now();
+    return reply;
+  };
 
   /// Races `promise` against a timer that is always cleared. node-redis's own `timeout`
   /// option only covers the time before a command is written, not the wait for its reply.

@@ -267,13 +267,12 @@ const handshakeCases: HandshakeCase[] = [
     expect: 'bad-document-id',
   },
   {
-    // Engine.IO keeps the last of repeated query keys: the socket is bound to one document,
-    // the last named, and a join can reach no other.
-    name: '?doc=A&doc=B binds the socket to B alone',
+    // Engine.IO keeps the last of repeated query keys; the server refuses the ambiguity
+    // rather than open a document a proxy routing on the first value did not mean.
+    name: '?doc=A&doc=B is refused',
     query: 'doc=dupA&doc=dupB',
     auth: { clientID: 'h' },
-    expect: 'connected',
-    binds: { doc: 'dupB', not: 'dupA' },
+    expect: 'bad-document-id',
   },
   {
     name: '?doc=.. by polling',
