@@ -1,4 +1,5 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import helmet from 'helmet';
 import { docIdPattern, errorBody, type ErrorCode } from '../schema/index.js';
 import type { Rooms } from './rooms.js';
 
@@ -18,16 +19,67 @@ const statusOf: Partial<Record<ErrorCode, number>> = {
   'shutting-down': 503,
 };
 
+/// The security headers of every answer, helmet's defaults with these choices:
+///
+/// Documents are written by people their readers do not necessarily trust, so the pages run
+/// nothing but the scripts we serve: a `javascript:` URL, an `onerror` attribute or a `<script>`
+/// that got into the page by any route is refused by the browser, which reports it as a
+/// `securitypolicyviolation`. Our pages keep no inline script or `<style>`, so neither script
+/// nor style needs 'unsafe-inline'. (Inline styles set from script, such as the remote carets'
+/// colours, go through the CSSOM, which the policy does not govern.)
+///
+/// - `img-src` takes any http(s) or data: image: documents hold images from anywhere, and the
+///   server restricts their URLs to those schemes;
+/// - `connect-src 'self'`: Socket.io (polling and WebSocket) and the dashboard's fetches go to
+///   the origin that served the page, never elsewhere;
+/// - `object-src`, `base-uri` and `form-action 'none'` (we have no plugins, `<base>` or forms)
+///   and `frame-ancestors 'none'` (with `X-Frame-Options: DENY` for older browsers) shut what
+///   is left;
+/// - `Referrer-Policy: no-referrer`: a document's address is its only key, and images from
+///   other hosts and followed links would otherwise carry it in their Referer header.
+///
+/// HSTS and `upgrade-insecure-requests` are left out: the standalone server speaks plain http
+/// and is often run on localhost or a LAN address, where the upgrade would break every asset
+/// and HSTS (kept per host, whatever the port) would force https on every other local app for
+/// a year. TLS, when there is any, ends at a proxy in front of us, and that proxy knows whether
+/// the whole host may be pinned to https: set HSTS there. `Cross-Origin-Embedder-Policy` stays
+/// off too, because images from other hosts do not opt in to being embedded.
+const securityHeaders = helmet({
+  contentSecurityPolicy: {
+    useDefaults: false,
+    directives: {
+      defaultSrc: ["'self'"],
+      scriptSrc: ["'self'"],
+      scriptSrcAttr: ["'none'"],
+      styleSrc: ["'self'"],
+      imgSrc: ["'self'", 'https:', 'http:', 'data:'],
+      connectSrc: ["'self'"],
+      objectSrc: ["'none'"],
+      baseUri: ["'none'"],
+      formAction: ["'none'"],
+      frameAncestors: ["'none'"],
+    },
+  },
+  strictTransportSecurity: false,
+  crossOriginEmbedderPolicy: false,
+  referrerPolicy: { policy: 'no-referrer' },
+  xFrameOptions: { action: 'deny' },
+});
+
 /// Sends a coded error with the HTTP status that matches it.
 export function sendError(res: Response, code: ErrorCode, message?: string): void {
   res.status(statusOf[code] ?? 500).json(errorBody(code, message));
 }
 
 /// The express application: `GET /healthz` and `GET /docs/:id`. Other parts (metrics, the web
-/// editor) add their routers to it.
+/// editor) add their routers to it. Every answer it makes, whatever router makes it (404s and
+/// error answers included), carries the security headers described at `securityHeaders`.
 export function createHttpApp(context: HttpContext): Express {
   const app = express();
   app.disable('x-powered-by');
+  // First of all middleware: a router added later, or an error before any route, still
+  // answers with the headers.
+  app.use(securityHeaders);
 
   app.get('/healthz', (_req, res) => {
     if (context.draining()) return sendError(res, 'shutting-down');
