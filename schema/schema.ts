@@ -12,6 +12,19 @@ export const schemaVersion = 1;
 // is not necessarily trusted by its reader.
 const link: MarkSpec = {
   ...basicMarks.link,
+  // Pasted HTML with an unsafe address keeps its text and loses the link, rather than making
+  // the paste throw on the validator.
+  parseDOM: [
+    {
+      tag: 'a[href]',
+      getAttrs(dom: HTMLElement) {
+        const href = dom.getAttribute('href');
+        return href !== null && isSafeLinkUrl(href)
+          ? { href, title: dom.getAttribute('title') }
+          : false;
+      },
+    },
+  ],
   attrs: {
     href: { validate: safeLinkUrl },
     title: { default: null, validate: stringOrNull('link title') },
@@ -76,6 +89,17 @@ const baseNodes = new Schema({ nodes: basicNodes, marks: {} }).spec.nodes
   })
   .update('image', {
     ...basicNodes.image,
+    // A pasted image with an unsafe source is left out, rather than making the paste throw.
+    parseDOM: [
+      {
+        tag: 'img[src]',
+        getAttrs(dom: HTMLElement) {
+          const src = dom.getAttribute('src');
+          if (src === null || !isSafeImageUrl(src)) return false;
+          return { src, title: dom.getAttribute('title'), alt: dom.getAttribute('alt') };
+        },
+      },
+    ],
     attrs: {
       src: { validate: safeImageUrl },
       alt: { default: null, validate: stringOrNull('image alt') },

@@ -20,45 +20,55 @@ const statusOf: Partial<Record<ErrorCode, number>> = {
   'shutting-down': 503,
   corrupt: 500,
   internal: 500,
+  'rate-limited': 429,
+  'too-many-documents': 503,
 };
 
-/// The security headers of every response. Documents are written by people the reader does
-/// not necessarily trust, so the pages refuse to run anything but our own scripts:
-/// - `script-src 'self'`: no inline script, no eval; a stored `<img onerror>` or `javascript:`
-///   URL that got past the server's checks still cannot run;
-/// - `style-src 'self'` plus inline style *attributes*: ProseMirror and the presence cursors
-///   set `style` on elements; a style attribute cannot run script;
-/// - `img-src` any http(s) or data: image, because documents hold images from anywhere (the
-///   server already restricts their URLs to those schemes);
-/// - `connect-src 'self'`: Socket.io to the same origin only; `object-src`, `base-uri`,
-///   `frame-ancestors 'none'` and `form-action 'self'` shut the rest.
-/// `upgrade-insecure-requests` and HSTS are left off: the standalone server is often run on
-/// plain http on localhost, where they would break it (HSTS for `localhost` would even stick
-/// to every other local app); whoever terminates TLS in front of it sets HSTS there.
-/// `Referrer-Policy: no-referrer` keeps document addresses (their only key in open mode) out
-/// of other sites' logs.
+/// The security headers of every answer, helmet's defaults with these choices:
+///
+/// Documents are written by people their readers do not necessarily trust, so the pages run
+/// nothing but the scripts we serve: a `javascript:` URL, an `onerror` attribute or a `<script>`
+/// that got into the page by any route is refused by the browser, which reports it as a
+/// `securitypolicyviolation`. Our pages keep no inline script or `<style>`, so neither script
+/// nor style needs 'unsafe-inline'. (Inline styles set from script, such as the remote carets'
+/// colours, go through the CSSOM, which the policy does not govern.)
+///
+/// - `img-src` takes any http(s) or data: image: documents hold images from anywhere, and the
+///   server restricts their URLs to those schemes;
+/// - `connect-src 'self'`: Socket.io (polling and WebSocket) and the dashboard's fetches go to
+///   the origin that served the page, never elsewhere;
+/// - `object-src`, `base-uri` and `form-action 'none'` (we have no plugins, `<base>` or forms)
+///   and `frame-ancestors 'none'` (with `X-Frame-Options: DENY` for older browsers) shut what
+///   is left;
+/// - `Referrer-Policy: no-referrer`: a document's address is its only key, and images from
+///   other hosts and followed links would otherwise carry it in their Referer header.
+///
+/// HSTS and `upgrade-insecure-requests` are left out: the standalone server speaks plain http
+/// and is often run on localhost or a LAN address, where the upgrade would break every asset
+/// and HSTS (kept per host, whatever the port) would force https on every other local app for
+/// a year. TLS, when there is any, ends at a proxy in front of us, and that proxy knows whether
+/// the whole host may be pinned to https: set HSTS there. `Cross-Origin-Embedder-Policy` stays
+/// off too, because images from other hosts do not opt in to being embedded.
 const securityHeaders = helmet({
   contentSecurityPolicy: {
     useDefaults: false,
     directives: {
       defaultSrc: ["'self'"],
       scriptSrc: ["'self'"],
+      scriptSrcAttr: ["'none'"],
       styleSrc: ["'self'"],
-      styleSrcAttr: ["'unsafe-inline'"],
       imgSrc: ["'self'", 'https:', 'http:', 'data:'],
       connectSrc: ["'self'"],
-      fontSrc: ["'self'"],
       objectSrc: ["'none'"],
       baseUri: ["'none'"],
+      formAction: ["'none'"],
       frameAncestors: ["'none'"],
-      formAction: ["'self'"],
-      scriptSrcAttr: ["'none'"],
     },
   },
   strictTransportSecurity: false,
-  referrerPolicy: { policy: 'no-referrer' },
-  // Images in documents come from other origins and do not opt in to embedding.
   crossOriginEmbedderPolicy: false,
+  referrerPolicy: { policy: 'no-referrer' },
+  xFrameOptions: { action: 'deny' },
 });
 
 /// Sends a coded error with the HTTP status that matches it.
@@ -67,11 +77,13 @@ export function sendError(res: Response, code: ErrorCode, message?: string): voi
 }
 
 /// The express application: `GET /healthz` and `GET /docs/:id`. Other parts (metrics, the web
-/// editor) add their routers to it.
+/// editor) add their routers to it. Every answer it makes, whatever router makes it (404s and
+/// error answers included), carries the security headers described at `securityHeaders`.
 export function createHttpApp(context: HttpContext): Express {
   const app = express();
   app.disable('x-powered-by');
-  // First, so every answer (pages, assets, JSON, 404s, errors) carries the headers.
+  // First of all middleware: a router added later, or an error before any route, still
+  // answers with the headers.
   app.use(securityHeaders);
 
   app.get('/healthz', (_req, res) => {

@@ -10,9 +10,10 @@ const defaultWindows = 30;
 /// - `GET /metrics/windows?last=N`: `{windows: MetricsWindow[]}`, the last N closed windows
 ///   oldest first (N from 1 to the recorder's `windowsKept`, 360 by default; 30 when absent).
 ///   An invalid N gets 400 `{code: 'bad-request', message}`;
-/// - `GET /dashboard`: a self-contained HTML page (no external scripts) that polls
-///   `metrics/windows` and draws line charts of latency, throughput, editors and event-loop
-///   delay on canvases.
+/// - `GET /dashboard`: an HTML page that polls `metrics/windows` and draws line charts of
+///   latency, throughput, editors and event-loop delay on canvases, with its script and style
+///   at `GET /dashboard/app.js` and `GET /dashboard/app.css` (served from this router, nothing
+///   from elsewhere).
 /// Errors from the registry reach express's error handling as rejected promises (express 5).
 export function metricsRouter(recorder: MetricsRecorder, registry: Registry): Router {
   const router = Router();
@@ -40,26 +41,32 @@ export function metricsRouter(recorder: MetricsRecorder, registry: Registry): Ro
   router.get('/dashboard', (_req: Request, res: Response) => {
     res.set('Cache-Control', 'no-store').type('html').send(dashboardHtml);
   });
-  router.get('/dashboard/dashboard.css', (_req: Request, res: Response) => {
-    res.set('Cache-Control', 'no-cache').type('css').send(dashboardCss);
+  // Revalidated (express adds an ETag), so a new server version is picked up at once.
+  router.get('/dashboard/app.js', (_req: Request, res: Response) => {
+    res.set('Cache-Control', 'no-cache').type('js').send(dashboardScript);
   });
-  router.get('/dashboard/dashboard.js', (_req: Request, res: Response) => {
-    res.set('Cache-Control', 'no-cache').type('js').send(dashboardJs);
+  router.get('/dashboard/app.css', (_req: Request, res: Response) => {
+    res.set('Cache-Control', 'no-cache').type('css').send(dashboardStyle);
   });
 
   return router;
 }
 
-// The page is plain HTML with a script of its own that draws on canvases by hand: the server has
-// no internet access, so no CDN, and a charting package would be a dependency for four charts.
-// The script avoids template literals so it can sit inside this one.
+// The page is plain HTML with a script that draws on canvases by hand: the server has no
+// internet access, so no CDN, and a charting package would be a dependency for four charts.
+// Script and style are separate answers rather than inline, so that the page runs under a
+// Content-Security-Policy without 'unsafe-inline'; they are strings here rather than files
+// so that the dashboard works without the web bundle being built. The addresses are relative,
+// as the script's fetch is, so the dashboard also works behind a proxy that adds a prefix.
 const dashboardHtml = `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Scriptorium metrics</title>
-<link rel="stylesheet" href="/dashboard/dashboard.css">
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="dashboard/app.css">
+<script src="dashboard/app.js" defer></script>
 </head>
 <body>
 <h1>Scriptorium metrics</h1>
@@ -78,23 +85,21 @@ const dashboardHtml = `<!doctype html>
   <figure><figcaption>Editors and documents</figcaption><canvas id="chart-editors"></canvas></figure>
   <figure><figcaption>Event-loop delay p99 (ms)</figcaption><canvas id="chart-eventloop"></canvas></figure>
 </div>
-<script src="/dashboard/dashboard.js"></script>
 </body>
 </html>
 `;
 
-// Served as files, not inline, so that the page runs under a Content-Security-Policy without
-// 'unsafe-inline'.
-const dashboardCss = `  body { font: 14px system-ui, sans-serif; margin: 16px; background: #fafafa; color: #222; }
-  h1 { font-size: 18px; margin: 0 0 8px; }
-  #status { margin-bottom: 12px; color: #555; }
-  .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(460px, 1fr)); gap: 12px; }
-  figure { margin: 0; background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 8px; }
-  figcaption { font-weight: 600; margin-bottom: 4px; }
-  canvas { width: 100%; height: 220px; display: block; }
+const dashboardStyle = `body { font: 14px system-ui, sans-serif; margin: 16px; background: #fafafa; color: #222; }
+h1 { font-size: 18px; margin: 0 0 8px; }
+#status { margin-bottom: 12px; color: #555; }
+.grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(460px, 1fr)); gap: 12px; }
+figure { margin: 0; background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 8px; }
+figcaption { font-weight: 600; margin-bottom: 4px; }
+canvas { width: 100%; height: 220px; display: block; }
 `;
 
-const dashboardJs = `"use strict";
+// The script avoids template literals so it can sit inside this one.
+const dashboardScript = `"use strict";
 var charts = [
   { id: "chart-latency", series: [
     ["p50", "latencyP50Ms", "#2b8a3e"], ["p90", "latencyP90Ms", "#e67700"], ["p99", "latencyP99Ms", "#c92a2a"]] },

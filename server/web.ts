@@ -62,12 +62,12 @@ function errorPage(res: Response, status: number, title: string, detail: string)
     .status(status)
     .type('html')
     .send(
+      // The editor's stylesheet, not a <style> element, so that the Content-Security-Policy
+      // needs no 'unsafe-inline'. When the bundle is not built (the 503 page) the page shows
+      // unstyled, which is fine for a message to whoever runs the server.
       `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>${escape(title)}` +
-        // A style attribute, not a <style> element: the Content-Security-Policy allows only
-        // the former inline.
-        ` · Scriptorium</title></head><body style="font-family:system-ui,sans-serif;` +
-        `max-width:36em;margin:4em auto;padding:0 1em;color:#1d1d1f">` +
-        `<h1>${escape(title)}</h1><p>${escape(detail)}</p>` +
+        ` · Scriptorium</title><link rel="stylesheet" href="/assets/style.css"></head>` +
+        `<body class="message-page"><h1>${escape(title)}</h1><p>${escape(detail)}</p>` +
         `<p><a href="/">Start a new document</a></p></body></html>`,
     );
 }

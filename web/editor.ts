@@ -5,6 +5,7 @@ import { CollabClient, Presence, remoteCursors } from '../client/index.js';
 import type { Identity } from './identity.js';
 import { inputRulesPlugin } from './input_rules.js';
 import { keymapPlugins } from './keymap.js';
+import { linkView } from './link_view.js';
 import { menuPlugin } from './menu.js';
 import { PeopleList } from './people_list.js';
 import { StatusBar } from './status_bar.js';
@@ -59,6 +60,7 @@ export function openEditor(
         view = new EditorView(elements.editor, {
           state,
           dispatchTransaction: (transaction) => client.dispatch(transaction),
+          markViews: { link: linkView },
         });
         loaded = true;
       } else {

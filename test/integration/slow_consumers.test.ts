@@ -1,0 +1,179 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import { EditorState } from 'prosemirror-state';
+import type { Socket } from 'socket.io-client';
+import { WebSocket } from 'ws';
+import { emptyDoc, schema, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { startServerProcess, type ServerProcess } from '../support/process.js';
+import { ask, rawSocket } from '../support/socket.js';
+import { delay } from '../support/wait.js';
+
+// 100 sockets that ask for the whole document again and again and never read the answers,
+// while 10 editors type: the server must drop the readers that do not read before their
+// answers pile up in its memory, and the editors must not notice.
+
+const slowCount = 100;
+const editorCount = 10;
+const docId = 'slow-consumers';
+
+/// The server's resident set in MiB, from /proc.
+function rssMiB(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) / 1024;
+}
+
+/// A client that speaks Engine.IO and Socket.io by hand, joins, asks for `pulls` whole
+/// documents and stops reading its socket. Resolves once its requests are sent.
+async function slowReader(wsUrl: string, index: number, pulls: number): Promise<WebSocket> {
+  const ws = new WebSocket(`${wsUrl}/socket.io/?EIO=4&transport=websocket&doc=${docId}`);
+  await new Promise<void>((resolve, reject) => {
+    ws.on('message', (data: Buffer) => {
+      const text = data.toString();
+      if (text.startsWith('0')) ws.send(`40{"clientID":"slow-${index}"}`);
+      else if (text.startsWith('40')) ws.send('420["join",{}]');
+      else if (text.startsWith('430')) resolve();
+      else if (text === '2') ws.send('3');
+    });
+    ws.on('error', reject);
+  });
+  for (let i = 0; i < pulls; i++) ws.send(`42${i + 1}["pull",{}]`);
+  // Stop reading: the kernel's buffers fill, then the server's.
+  (ws as unknown as { _socket: { pause(): void } })._socket.pause();
+  return ws;
+}
+
+/// 10 editors each send a one-step batch every 100 ms for `ms`; resolves with every
+/// edit-to-acknowledgement time in ms.
+async function type(url: string, ms: number, round: number): Promise<number[]> {
+  const sockets: Socket[] = [];
+  const latencies: number[] = [];
+  try {
+    for (let e = 0; e < editorCount; e++) {
+      const socket = rawSocket(url, docId, `editor-${round}-${e}`);
+      sockets.push(socket);
+      socket.on('steps', () => {});
+    }
+    const versions = await Promise.all(
+      sockets.map(async (socket) => {
+        const answer = await ask<SyncAnswer>(socket, 'join', { version: 0 });
+        assert.ok(answer.ok);
+        return answer.version;
+      }),
+    );
+    const step = EditorState.create({ doc: emptyDoc() }).tr.insertText('k', 1).steps[0]!.toJSON();
+    const end = Date.now() + ms;
+    await Promise.all(
+      sockets.map(async (socket, e) => {
+        while (Date.now() < end) {
+          const started = performance.now();
+          // Made at the editor's last known version: the server rebases it over the others.
+          const answer = await ask<StepsAnswer>(socket, 'steps', {
+            version: versions[e],
+            steps: [step],
+          });
+          latencies.push(performance.now() - started);
+          if (answer.ok) versions[e] = answer.version;
+          else assert.equal(answer.code, 'stale', answer.message);
+          await delay(100);
+        }
+      }),
+    );
+  } finally {
+    for (const socket of sockets) socket.close();
+  }
+  return latencies;
+}
+
+function p99(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))]!;
+}
+
+describe('slow consumers', () => {
+  let server: ServerProcess;
+
+  before(async () => {
+    server = await startServerProcess({
+      STORE: 'memory',
+      LOG_LEVEL: 'warn',
+      MAX_DOC_BYTES: String(512 * 1024),
+      MAX_SOCKET_BUFFER_BYTES: String(1024 * 1024),
+      // Enough requests at once to fill the kernel's socket buffers (several MB each way on
+      // loopback) and then the server's.
+      PULLS_BURST: '60',
+    });
+    // A document of about 400 KB in 400 paragraphs after a short first one: every answer to a
+    // pull is that big, and the editors' steps touch only the first paragraph.
+    const writer = rawSocket(server.url, docId, 'writer');
+    try {
+      const joined = await ask<SyncAnswer>(writer, 'join', {});
+      assert.ok(joined.ok);
+      let version = joined.version;
+      let doc = emptyDoc();
+      for (let i = 0; i < 4; i++) {
+        const paragraphs = Array.from({ length: 100 }, () =>
+          schema.node('paragraph', null, [schema.text('lorem ipsum '.repeat(80))]),
+        );
+        const tr = EditorState.create({ doc }).tr.insert(doc.content.size, paragraphs);
+        const steps = tr.steps.map((step) => step.toJSON());
+        const answer = await ask<StepsAnswer>(writer, 'steps', { version, steps });
+        assert.ok(answer.ok, !answer.ok ? answer.message : '');
+        version = answer.version;
+        doc = tr.doc;
+      }
+    } finally {
+      writer.close();
+    }
+  });
+
+  after(async () => {
+    await server?.stop();
+  });
+
+  it('drops 100 readers that never read, keeps RSS bounded and editors unaffected', async () => {
+    const pid = server.child.pid!;
+    const baseline = await type(server.url, 4000, 0);
+    const rssBefore = rssMiB(pid);
+
+    const wsUrl = server.url.replace('http', 'ws');
+    const readers = await Promise.all(
+      Array.from({ length: slowCount }, (_, i) => slowReader(wsUrl, i, 59)),
+    );
+    let peak = rssBefore;
+    const sampler = setInterval(() => (peak = Math.max(peak, rssMiB(pid))), 100);
+    const loaded = await type(server.url, 6000, 1);
+    // Every reader that stopped reading was dropped. Their end never sees the server close
+    // (it does not read), so ask the server how many sockets it still holds: the editors have
+    // left, the readers must be gone too.
+    let held = -1;
+    for (let i = 0; i < 100 && held !== 0; i++) {
+      const health = (await (await fetch(`${server.url}/healthz`)).json()) as { sockets: number };
+      held = health.sockets;
+      if (held !== 0) await delay(100);
+    }
+    const dropped = held === 0;
+    clearInterval(sampler);
+    for (const ws of readers) ws.terminate();
+    const after = await type(server.url, 4000, 2);
+
+    console.log(
+      `slow consumers: RSS ${rssBefore.toFixed(0)} → peak ${peak.toFixed(0)} MiB; editors' p99 ` +
+        `${p99(baseline).toFixed(1)} / ${p99(loaded).toFixed(1)} / ${p99(after).toFixed(1)} ms ` +
+        `(before / with / after the slow readers), ${loaded.length} edits with them`,
+    );
+    assert.ok(dropped, `every slow reader was disconnected (${held} sockets left)`);
+    // Without the cap each reader would hold 59 answers of ~400 KB beyond the kernel's
+    // buffers: about 100 × (24 MB − ~10 MB) ≈ 1.4 GB. With it, at most ~1 MiB each.
+    assert.ok(peak - rssBefore < 200, `RSS grew ${(peak - rssBefore).toFixed(0)} MiB`);
+    const quiet = Math.max(p99(baseline), p99(after));
+    const noisy = p99(loaded);
+    assert.ok(
+      noisy <= 2 * quiet,
+      `editors' p99 ${noisy.toFixed(1)} ms with slow readers, ${quiet.toFixed(1)} ms without`,
+    );
+    const probe = rawSocket(server.url, docId, 'probe');
+    assert.ok((await ask<SyncAnswer>(probe, 'join', {})).ok, 'the server still serves');
+    probe.close();
+  });
+});
