@@ -662,6 +662,12 @@ const messageCases: MessageCase[] = [
     args: (ctx) => batch(ctx, insertInline(ctx, text('m'.repeat(200 * 1024)))),
     expect: 'disconnected',
   },
+  {
+    // socket.io-parser's cap (maxAttachments 10): the server closes the connection.
+    name: 'steps with 11 binary attachments',
+    args: (ctx) => batch(ctx, ...Array.from({ length: 11 }, () => Buffer.from('x'))),
+    expect: 'disconnected',
+  },
   { name: 'steps nested 40 deep', args: () => [deepJson(40, 0, 'steps')], expect: 'too-deep' },
   {
     name: 'steps nested 5,000 deep',
@@ -963,6 +969,18 @@ const messageCases: MessageCase[] = [
   stepCase('replace with openEnd 99', 'invalid-step', (ctx) => ({
     ...insertInline(ctx, text('x')),
     slice: { content: [text('x')], openEnd: 99 },
+  })),
+  stepCase('replace with an empty slice that says it is open', 'invalid-step', (ctx) => ({
+    ...insertInline(ctx),
+    slice: { content: [], openStart: 1 },
+  })),
+  stepCase('replace with only an openEnd', 'invalid-step', (ctx) => ({
+    ...insertInline(ctx),
+    slice: { openEnd: 2 },
+  })),
+  stepCase('replaceAround with an empty slice that says it is open', 'invalid-step', (ctx) => ({
+    ...templates.replaceAround(ctx),
+    slice: { content: [], openStart: 1 },
   })),
   stepCase('replace inserting a paragraph inside a paragraph', 'invalid-step', (ctx) =>
     insertInline(ctx, { type: 'paragraph', content: [text('p')] }),
@@ -1425,7 +1443,7 @@ class Corpus {
 
   async open(): Promise<void> {
     this.honest = openEditor(this.url, this.docId, { clientID: 'honest' });
-    await this.honest.ready();
+    await within(this.honest.ready(), 'the honest editor');
     this.readonly = rawSocket(this.url, this.docId, { clientID: 'observer', readOnly: true });
     assert.equal((await ask<{ ok: boolean }>(this.readonly, 'join', {})).ok, true);
     this.watcher = rawSocket(this.url, this.docId, 'watcher');
@@ -1521,14 +1539,14 @@ class Corpus {
 
   /// The honest editor types one character and must be acknowledged at the next version.
   async honestEdit(what: string): Promise<void> {
-    await this.honest.settled();
+    await within(this.honest.settled(), 'the honest editor');
     // Catch up with what the attacker got accepted, so the edit is made at the served version.
     const version = (await this.served()).version;
     await waitFor(() => this.honest.version === version, `${what}: the honest editor catches up`);
     const state = this.honest.state!;
     const before = this.honest.version;
     this.honest.dispatch(state.tr.insertText('h', firstTextPos(state.doc)));
-    await this.honest.settled();
+    await within(this.honest.settled(), 'the honest editor');
     assert.equal(
       this.honest.acknowledgedVersion,
       before + 1,
@@ -1542,6 +1560,17 @@ class Corpus {
       `${what}: the honest editor sees the served document`,
     );
   }
+}
+
+/// `promise`, or a failure after `ms`: a broken server fails the test instead of hanging it.
+function within<T>(promise: Promise<T>, what: string, ms = 10_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: nothing after ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
 }
 
 let rawAckId = 1_000_000;
@@ -1713,7 +1742,7 @@ describe('hostile corpus (small limits)', () => {
     await corpus.open();
     const state = corpus.honest.state!;
     corpus.honest.dispatch(state.tr.replaceWith(0, state.doc.content.size, seed.content));
-    await corpus.honest.settled();
+    await within(corpus.honest.settled(), 'the honest editor');
   });
   after(async () => {
     corpus.close();
@@ -1778,7 +1807,7 @@ describe('hostile corpus (small limits)', () => {
     // typed letter (which still maps) and a mark on "zap" (which will not).
     await corpus.honestEdit('prepare');
     corpus.honest.dispatch(corpus.honest.state!.tr.insert(0, p('zap me')));
-    await corpus.honest.settled();
+    await within(corpus.honest.settled(), 'the honest editor');
     const old = toCtx(await corpus.served());
     const zap = wordRange(old.doc, 'zap');
     const steps = [
@@ -1787,7 +1816,7 @@ describe('hostile corpus (small limits)', () => {
     ];
     // The honest editor deletes "zap" first.
     corpus.honest.dispatch(corpus.honest.state!.tr.delete(zap.from, zap.to));
-    await corpus.honest.settled();
+    await within(corpus.honest.settled(), 'the honest editor');
     const before = await corpus.served();
     assertCoded(
       await ask(corpus.attacker, 'steps', { version: old.version, steps }),
@@ -1875,7 +1904,7 @@ describe('hostile corpus (default limits)', () => {
       const deep = await corpus.served();
       // A new editor loads the deepest document the limits allow, and the honest one edits it.
       const late = openEditor(server.url, 'wraps', { clientID: 'late' });
-      await late.ready();
+      await within(late.ready(), 'a new editor');
       assert.deepEqual(JSON.parse(JSON.stringify(late.state!.doc.toJSON())), deep.doc);
       late.close();
       await corpus.honestEdit('at maxDocDepth');
@@ -1895,7 +1924,7 @@ describe('hostile corpus (default limits)', () => {
     try {
       const state = corpus.honest.state!;
       corpus.honest.dispatch(state.tr.replaceWith(0, state.doc.content.size, seed.content));
-      await corpus.honest.settled();
+      await within(corpus.honest.settled(), 'the honest editor');
       const deepCases: MessageCase[] = [
         deepStepCase(
           'attr value nested 5,000 deep',
