@@ -20,7 +20,7 @@ import {
   rawWith,
   firstTextPos,
   noAdmissionLimits,
-  rawJson,
+  jsonWithOwnKeys,
   readServed,
   wrapSteps,
   type Served,
@@ -339,7 +339,7 @@ const handshakeCases: HandshakeCase[] = [
   {
     name: 'client id in a __proto__ key only',
     query: 'doc=ok',
-    auth: rawJson('{"__proto__":{"clientID":"x"}}'),
+    auth: jsonWithOwnKeys('{"__proto__":{"clientID":"x"}}'),
     expect: 'bad-client-id',
   },
   {
@@ -447,13 +447,13 @@ const messageCases: MessageCase[] = [
   {
     name: 'join with a __proto__ key',
     event: 'join',
-    args: () => [rawJson('{"__proto__":{"version":-1}}')],
+    args: () => [jsonWithOwnKeys('{"__proto__":{"version":-1}}')],
     expect: 'answered',
   },
   {
     name: 'join with a constructor.prototype key',
     event: 'join',
-    args: () => [rawJson('{"constructor":{"prototype":{"ok":false}}}')],
+    args: () => [jsonWithOwnKeys('{"constructor":{"prototype":{"ok":false}}}')],
     expect: 'answered',
   },
   {
@@ -607,7 +607,7 @@ const messageCases: MessageCase[] = [
   {
     name: 'steps with version only in __proto__',
     args: (ctx) => [
-      rawJson(
+      jsonWithOwnKeys(
         `{"__proto__":{"version":${ctx.version}},"steps":[{"stepType":"replace","from":1,"to":1}]}`,
       ),
     ],
@@ -730,7 +730,9 @@ const messageCases: MessageCase[] = [
     name: 'presence with an own __proto__ key',
     event: 'presence',
     ack: false,
-    args: () => [{ ...validPresence, ...(rawJson('{"__proto__":{"admin":true}}') as object) }],
+    args: () => [
+      { ...validPresence, ...(jsonWithOwnKeys('{"__proto__":{"admin":true}}') as object) },
+    ],
     expect: 'relayed',
   },
   {
@@ -909,7 +911,7 @@ const messageCases: MessageCase[] = [
     (served) => assert.ok(!JSON.stringify(served.doc).includes('["replace"]')),
   ),
   stepCase('a step type only in __proto__', 'invalid-step', () =>
-    rawJson('{"__proto__":{"stepType":"replace"},"from":1,"to":1}'),
+    jsonWithOwnKeys('{"__proto__":{"stepType":"replace"},"from":1,"to":1}'),
   ),
 
   // ----- replace -----
@@ -1240,7 +1242,7 @@ const messageCases: MessageCase[] = [
     () =>
       insertBlocks({
         type: 'heading',
-        attrs: rawJson('{"__proto__":{"level":9}}'),
+        attrs: jsonWithOwnKeys('{"__proto__":{"level":9}}'),
         content: [text('q')],
       }),
     (served) => assert.ok(!JSON.stringify(served.doc).includes('"level":9')),
@@ -1339,7 +1341,10 @@ const messageCases: MessageCase[] = [
     'a link href only in __proto__',
     'invalid-step',
     mutated('addMark', {
-      mark: { type: 'link', attrs: rawJson('{"__proto__":{"href":"https://example.com"}}') },
+      mark: {
+        type: 'link',
+        attrs: jsonWithOwnKeys('{"__proto__":{"href":"https://example.com"}}'),
+      },
     }),
   ),
   stepCase(
