@@ -37,8 +37,10 @@ export function stepProblem(json: StepJSON): string | null {
   if (gapFrom !== undefined && gapTo !== undefined) {
     if (gapFrom > gapTo || gapFrom < from! || gapTo > to!) return 'the gap must lie inside from–to';
   }
-  const slice = json['slice'] as { openStart?: unknown; openEnd?: unknown } | undefined;
-  if (slice !== undefined) {
+  // `Slice.toJSON()` is null for a slice with no content, even one that says it is open
+  // (`{content: [], openStart: 1}`), and the step keeps that null.
+  const slice = json['slice'] as { openStart?: unknown; openEnd?: unknown } | null | undefined;
+  if (slice !== undefined && slice !== null) {
     for (const open of [slice.openStart, slice.openEnd]) {
       if (open !== undefined && !(Number.isSafeInteger(open) && (open as number) >= 0)) {
         return 'openStart and openEnd must be whole numbers ≥ 0';

@@ -20,7 +20,7 @@ import {
   rawWith,
   firstTextPos,
   noAdmissionLimits,
-  rawJson,
+  jsonWithOwnKeys,
   readServed,
   wrapSteps,
   type Served,
@@ -338,7 +338,7 @@ const handshakeCases: HandshakeCase[] = [
   {
     name: 'client id in a __proto__ key only',
     query: 'doc=ok',
-    auth: rawJson('{"__proto__":{"clientID":"x"}}'),
+    auth: jsonWithOwnKeys('{"__proto__":{"clientID":"x"}}'),
     expect: 'bad-client-id',
   },
   {
@@ -446,13 +446,13 @@ const messageCases: MessageCase[] = [
   {
     name: 'join with a __proto__ key',
     event: 'join',
-    args: () => [rawJson('{"__proto__":{"version":-1}}')],
+    args: () => [jsonWithOwnKeys('{"__proto__":{"version":-1}}')],
     expect: 'answered',
   },
   {
     name: 'join with a constructor.prototype key',
     event: 'join',
-    args: () => [rawJson('{"constructor":{"prototype":{"ok":false}}}')],
+    args: () => [jsonWithOwnKeys('{"constructor":{"prototype":{"ok":false}}}')],
     expect: 'answered',
   },
   {
@@ -606,7 +606,7 @@ const messageCases: MessageCase[] = [
   {
     name: 'steps with version only in __proto__',
     args: (ctx) => [
-      rawJson(
+      jsonWithOwnKeys(
         `{"__proto__":{"version":${ctx.version}},"steps":[{"stepType":"replace","from":1,"to":1}]}`,
       ),
     ],
@@ -659,6 +659,12 @@ const messageCases: MessageCase[] = [
   {
     name: 'a message over the transport cap (2 × maxMessageBytes)',
     args: (ctx) => batch(ctx, insertInline(ctx, text('m'.repeat(200 * 1024)))),
+    expect: 'disconnected',
+  },
+  {
+    // socket.io-parser's cap (maxAttachments 10): the server closes the connection.
+    name: 'steps with 11 binary attachments',
+    args: (ctx) => batch(ctx, ...Array.from({ length: 11 }, () => Buffer.from('x'))),
     expect: 'disconnected',
   },
   { name: 'steps nested 40 deep', args: () => [deepJson(40, 0, 'steps')], expect: 'too-deep' },
@@ -723,7 +729,9 @@ const messageCases: MessageCase[] = [
     name: 'presence with an own __proto__ key',
     event: 'presence',
     ack: false,
-    args: () => [{ ...validPresence, ...(rawJson('{"__proto__":{"admin":true}}') as object) }],
+    args: () => [
+      { ...validPresence, ...(jsonWithOwnKeys('{"__proto__":{"admin":true}}') as object) },
+    ],
     expect: 'relayed',
   },
   {
@@ -902,7 +910,7 @@ const messageCases: MessageCase[] = [
     (served) => assert.ok(!JSON.stringify(served.doc).includes('["replace"]')),
   ),
   stepCase('a step type only in __proto__', 'invalid-step', () =>
-    rawJson('{"__proto__":{"stepType":"replace"},"from":1,"to":1}'),
+    jsonWithOwnKeys('{"__proto__":{"stepType":"replace"},"from":1,"to":1}'),
   ),
 
   // ----- replace -----
@@ -962,6 +970,18 @@ const messageCases: MessageCase[] = [
   stepCase('replace with openEnd 99', 'invalid-step', (ctx) => ({
     ...insertInline(ctx, text('x')),
     slice: { content: [text('x')], openEnd: 99 },
+  })),
+  stepCase('replace with an empty slice that says it is open', 'invalid-step', (ctx) => ({
+    ...insertInline(ctx),
+    slice: { content: [], openStart: 1 },
+  })),
+  stepCase('replace with only an openEnd', 'invalid-step', (ctx) => ({
+    ...insertInline(ctx),
+    slice: { openEnd: 2 },
+  })),
+  stepCase('replaceAround with an empty slice that says it is open', 'invalid-step', (ctx) => ({
+    ...templates.replaceAround(ctx),
+    slice: { content: [], openStart: 1 },
   })),
   stepCase('replace inserting a paragraph inside a paragraph', 'invalid-step', (ctx) =>
     insertInline(ctx, { type: 'paragraph', content: [text('p')] }),
@@ -1221,7 +1241,7 @@ const messageCases: MessageCase[] = [
     () =>
       insertBlocks({
         type: 'heading',
-        attrs: rawJson('{"__proto__":{"level":9}}'),
+        attrs: jsonWithOwnKeys('{"__proto__":{"level":9}}'),
         content: [text('q')],
       }),
     (served) => assert.ok(!JSON.stringify(served.doc).includes('"level":9')),
@@ -1320,7 +1340,10 @@ const messageCases: MessageCase[] = [
     'a link href only in __proto__',
     'invalid-step',
     mutated('addMark', {
-      mark: { type: 'link', attrs: rawJson('{"__proto__":{"href":"https://example.com"}}') },
+      mark: {
+        type: 'link',
+        attrs: jsonWithOwnKeys('{"__proto__":{"href":"https://example.com"}}'),
+      },
     }),
   ),
   stepCase(
@@ -1424,7 +1447,7 @@ class Corpus {
 
   async open(): Promise<void> {
     this.honest = openEditor(this.url, this.docId, { clientID: 'honest' });
-    await this.honest.ready();
+    await within(this.honest.ready(), 'the honest editor');
     this.readonly = rawSocket(this.url, this.docId, { clientID: 'observer', readOnly: true });
     assert.equal((await ask<{ ok: boolean }>(this.readonly, 'join', {})).ok, true);
     this.watcher = rawSocket(this.url, this.docId, 'watcher');
@@ -1520,14 +1543,14 @@ class Corpus {
 
   /// The honest editor types one character and must be acknowledged at the next version.
   async honestEdit(what: string): Promise<void> {
-    await this.honest.settled();
+    await within(this.honest.settled(), 'the honest editor');
     // Catch up with what the attacker got accepted, so the edit is made at the served version.
     const version = (await this.served()).version;
     await waitFor(() => this.honest.version === version, `${what}: the honest editor catches up`);
     const state = this.honest.state!;
     const before = this.honest.version;
     this.honest.dispatch(state.tr.insertText('h', firstTextPos(state.doc)));
-    await this.honest.settled();
+    await within(this.honest.settled(), 'the honest editor');
     assert.equal(
       this.honest.acknowledgedVersion,
       before + 1,
@@ -1541,6 +1564,17 @@ class Corpus {
       `${what}: the honest editor sees the served document`,
     );
   }
+}
+
+/// `promise`, or a failure after `ms`: a broken server fails the test instead of hanging it.
+function within<T>(promise: Promise<T>, what: string, ms = 10_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: nothing after ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
 }
 
 let rawAckId = 1_000_000;
@@ -1712,7 +1746,7 @@ describe('hostile corpus (small limits)', () => {
     await corpus.open();
     const state = corpus.honest.state!;
     corpus.honest.dispatch(state.tr.replaceWith(0, state.doc.content.size, seed.content));
-    await corpus.honest.settled();
+    await within(corpus.honest.settled(), 'the honest editor');
   });
   after(async () => {
     corpus.close();
@@ -1777,7 +1811,7 @@ describe('hostile corpus (small limits)', () => {
     // typed letter (which still maps) and a mark on "zap" (which will not).
     await corpus.honestEdit('prepare');
     corpus.honest.dispatch(corpus.honest.state!.tr.insert(0, p('zap me')));
-    await corpus.honest.settled();
+    await within(corpus.honest.settled(), 'the honest editor');
     const old = toCtx(await corpus.served());
     const zap = wordRange(old.doc, 'zap');
     const steps = [
@@ -1786,7 +1820,7 @@ describe('hostile corpus (small limits)', () => {
     ];
     // The honest editor deletes "zap" first.
     corpus.honest.dispatch(corpus.honest.state!.tr.delete(zap.from, zap.to));
-    await corpus.honest.settled();
+    await within(corpus.honest.settled(), 'the honest editor');
     const before = await corpus.served();
     assertCoded(
       await ask(corpus.attacker, 'steps', { version: old.version, steps }),
@@ -1874,7 +1908,7 @@ describe('hostile corpus (default limits)', () => {
       const deep = await corpus.served();
       // A new editor loads the deepest document the limits allow, and the honest one edits it.
       const late = openEditor(server.url, 'wraps', { clientID: 'late' });
-      await late.ready();
+      await within(late.ready(), 'a new editor');
       assert.deepEqual(JSON.parse(JSON.stringify(late.state!.doc.toJSON())), deep.doc);
       late.close();
       await corpus.honestEdit('at maxDocDepth');
@@ -1894,7 +1928,7 @@ describe('hostile corpus (default limits)', () => {
     try {
       const state = corpus.honest.state!;
       corpus.honest.dispatch(state.tr.replaceWith(0, state.doc.content.size, seed.content));
-      await corpus.honest.settled();
+      await within(corpus.honest.settled(), 'the honest editor');
       const deepCases: MessageCase[] = [
         deepStepCase(
           'attr value nested 5,000 deep',

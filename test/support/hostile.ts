@@ -93,7 +93,7 @@ export function wrapSteps(doc: Node, count: number): StepJSON[] {
 
 /// Parses JSON text: objects with an own `__proto__` or `constructor` key, as an attacker
 /// sends them (an object literal would set the prototype instead).
-export function rawJson(text: string): unknown {
+export function jsonWithOwnKeys(text: string): unknown {
   return JSON.parse(text) as unknown;
 }
 
