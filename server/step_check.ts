@@ -6,7 +6,7 @@ import type { StepJSON } from '../schema/index.js';
 // applied, on the step's own JSON (`step.toJSON()`, so only fields the step type keeps).
 
 /// Step types the server accepts: every step prosemirror-transform defines.
-const stepTypes = new Set([
+export const stepTypeNames = [
   'replace',
   'replaceAround',
   'addMark',
@@ -16,7 +16,9 @@ const stepTypes = new Set([
   'removeNodeMark',
   'attr',
   'docAttr',
-]);
+] as const;
+
+const stepTypes = new Set<string>(stepTypeNames);
 
 const positionFields = ['from', 'to', 'gapFrom', 'gapTo', 'insert', 'pos'] as const;
 

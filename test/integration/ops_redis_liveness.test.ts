@@ -1,26 +1,22 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, describe, it } from 'node:test';
-import { createClient } from 'redis';
 import { RedisStore } from '../../server/redis_store.js';
 import { StoreUnavailableError } from '../../server/store.js';
-import { appendOf, typingHistory } from '../support/store_fixtures.js';
+import {
+  appendOf,
+  deleteRedisKeys,
+  redisForTests,
+  typingHistory,
+} from '../support/store_fixtures.js';
 import { TcpProxy } from '../support/tcp_proxy.js';
 import { delay, waitFor } from '../support/wait.js';
 
-const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const redisPort = Number(new URL(redisUrl).port || 6379);
-const keyPrefix = `scriptorium-test-${randomUUID()}:`;
+const { redisUrl, redisPort, keyPrefix } = redisForTests();
 const history = typingHistory(20);
 const epoch = 'epoch-1';
 
-after(async () => {
-  const client = createClient({ url: redisUrl });
-  await client.connect();
-  for await (const keys of client.scanIterator({ MATCH: `${keyPrefix}*`, COUNT: 1000 }))
-    if (keys.length > 0) await client.del(keys);
-  await client.close();
-});
+after(() => deleteRedisKeys(redisUrl, keyPrefix));
 
 describe('RedisStore liveness', () => {
   it('replaces a connection that died silently: calls fail with unavailable in bounded time, then work again', async () => {

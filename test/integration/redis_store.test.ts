@@ -5,22 +5,19 @@ import { createClient } from 'redis';
 import { RedisStore } from '../../server/redis_store.js';
 import { StoreUnavailableError } from '../../server/store.js';
 import { RedisProcess, freePort } from '../support/redis_process.js';
-import { appendOf, typingHistory } from '../support/store_fixtures.js';
+import {
+  appendOf,
+  deleteRedisKeys,
+  redisForTests,
+  typingHistory,
+} from '../support/store_fixtures.js';
 import { TcpProxy } from '../support/tcp_proxy.js';
 
-const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const redisPort = Number(new URL(redisUrl).port || 6379);
-const keyPrefix = `scriptorium-test-${randomUUID()}:`;
+const { redisUrl, redisPort, keyPrefix } = redisForTests();
 const history = typingHistory(60);
 const epoch = 'epoch-1';
 
-after(async () => {
-  const client = createClient({ url: redisUrl });
-  await client.connect();
-  for await (const keys of client.scanIterator({ MATCH: `${keyPrefix}*`, COUNT: 1000 }))
-    if (keys.length > 0) await client.del(keys);
-  await client.close();
-});
+after(() => deleteRedisKeys(redisUrl, keyPrefix));
 
 /// Resolves with how long `promise` took to reject, after checking it rejected with
 /// `StoreUnavailableError`.

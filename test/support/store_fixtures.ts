@@ -1,3 +1,5 @@
+import { randomUUID } from 'node:crypto';
+import { createClient } from 'redis';
 import assert from 'node:assert/strict';
 import { Node } from 'prosemirror-model';
 import { Step, Transform } from 'prosemirror-transform';
@@ -72,4 +74,24 @@ export function reconstruct(stored: StoredDocument): Node {
   }
   assert.equal(version, stored.version, 'the journal ends at the stored version');
   return doc;
+}
+
+/// The Redis the tests use (`REDIS_URL`, default 127.0.0.1:6379), and a fresh key prefix for
+/// one test file, so that files never see each other's keys.
+export function redisForTests(): { redisUrl: string; redisPort: number; keyPrefix: string } {
+  const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+  return {
+    redisUrl,
+    redisPort: Number(new URL(redisUrl).port || 6379),
+    keyPrefix: `scriptorium-test-${randomUUID()}:`,
+  };
+}
+
+/// Deletes every key under `keyPrefix`.
+export async function deleteRedisKeys(redisUrl: string, keyPrefix: string): Promise<void> {
+  const client = createClient({ url: redisUrl });
+  await client.connect();
+  for await (const keys of client.scanIterator({ MATCH: `${keyPrefix}*`, COUNT: 1000 }))
+    if (keys.length > 0) await client.del(keys);
+  await client.close();
 }
