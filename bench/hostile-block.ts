@@ -1,0 +1,248 @@
+import type { ChildProcess } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { parseArgs } from 'node:util';
+import { parseEnvPairs, startServerProcess } from '../client-sim/server_process.js';
+import { loadConfig } from '../server/config.js';
+import { allCases, growDocs, sleep, type Case, type CaseContext } from './hostile_cases.js';
+import type { ProbeReading } from './loop_probe.js';
+import { median } from './measured_run.js';
+
+// `npm run bench:hostile`: the longest event-loop block each worst-case message causes in a
+// real server child at its limits (the defaults, or `--server-env` overrides). The server runs
+// `node --import dist/bench/loop_probe.js dist/server/main.js`: the probe measures the server's
+// own loop and reports over IPC, so no server code changes. Each repetition starts a fresh
+// server, grows the documents the selected cases need (by pastes, as a hostile client would),
+// then runs the cases in order; the table gives, per case, the median and the spread over
+// repetitions of the longest block, and the outcome the server answered.
+
+const usage = `Usage: npm run bench:hostile -- [options]
+
+  --reps N          repetitions, each against a fresh server child (default 5)
+  --cases LIST      comma-separated case names (default all; --list shows them)
+  --server-env K=V  environment for the server child, repeatable (e.g. MAX_DOC_BYTES=4194304)
+  --out FILE        also write every sample as JSON to FILE
+  --list            list the cases and exit
+  --help            show this text
+`;
+
+/// What the bench sets for every server child, under `--server-env`. Neither limits what one
+/// message may cost: they keep timers out of the measurements and make the reload case quick.
+const benchEnv: Record<string, string> = {
+  STORE: 'memory',
+  // A loaded document is unloaded this long after its last socket left (default 30 s).
+  IDLE_UNLOAD_MS: '1000',
+  // The 30-s snapshot timer would serialise a grown document in the middle of some case; the
+  // same serialisation is measured on its own by `leave-snapshot`.
+  SNAPSHOT_EVERY_MS: '86400000',
+};
+
+/// One measurement of one case.
+interface Sample {
+  rep: number;
+  name: string;
+  outcome: string;
+  longestBlockMs: number;
+  histogramMaxMs: number;
+  blocksOver5Ms: number;
+  clientMs: number;
+}
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    strict: true,
+    options: {
+      reps: { type: 'string', default: '5' },
+      cases: { type: 'string' },
+      'server-env': { type: 'string', multiple: true },
+      out: { type: 'string' },
+      list: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  const every = allCases();
+  if (values.list) {
+    for (const c of every) process.stdout.write(`${c.name.padEnd(18)} ${c.what}\n`);
+    return 0;
+  }
+  const reps = Number(values.reps);
+  if (!Number.isInteger(reps) || reps < 1) throw new Error('--reps takes a whole number ≥ 1');
+  const names = values.cases?.split(',').map((name) => name.trim());
+  const unknown = names?.filter((name) => !every.some((c) => c.name === name)) ?? [];
+  if (unknown.length > 0) throw new Error(`unknown case(s): ${unknown.join(', ')}`);
+  const cases = names ? every.filter((c) => names.includes(c.name)) : every;
+  const serverEnv = { ...benchEnv, ...parseEnvPairs(values['server-env'] ?? []) };
+  // The server's own configuration code: the limits the cases aim at are exactly its own.
+  const config = loadConfig({}, serverEnv);
+  const overrides = parseEnvPairs(values['server-env'] ?? []);
+
+  const log = (line: string) => process.stdout.write(`${line}\n`);
+  log(
+    `Node ${process.version}, ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB; server env ${JSON.stringify(serverEnv)}`,
+  );
+  log(
+    `limits: maxMessageBytes ${config.maxMessageBytes}, maxJsonDepth ${config.maxJsonDepth}, maxDocBytes ${config.maxDocBytes}, maxDocSize ${config.maxDocSize}, maxAttributeBytes ${config.maxAttributeBytes}, maxStepsPerBatch ${config.maxStepsPerBatch}, maxApplyMs ${config.maxApplyMs}`,
+  );
+  const samples: Sample[] = [];
+  const loads: string[] = [];
+  for (let rep = 1; rep <= reps; rep++) {
+    const load = loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ');
+    loads.push(load);
+    log(`repetition ${rep}/${reps}, load average ${load}`);
+    const server = await startServerProcess(serverEnv, {
+      nodeArgs: ['--import', new URL('./loop_probe.js', import.meta.url).href],
+      ipc: true,
+    });
+    const probe = new Probe(server.child);
+    const ctx: CaseContext = {
+      url: server.url,
+      config,
+      docs: {},
+      sockets: [],
+      documentsBeforeLeave: null,
+      touched: false,
+    };
+    try {
+      for (const c of cases) {
+        await growDocs(ctx, c.needs, (line) => log(`  ${line}`));
+        const sample = await measure(probe, c, ctx, rep);
+        samples.push(sample);
+        log(
+          `  ${c.name.padEnd(18)} block ${sample.longestBlockMs.toFixed(1).padStart(8)} ms (histogram ${sample.histogramMaxMs.toFixed(1)}, ${sample.blocksOver5Ms} over 5 ms), client ${sample.clientMs.toFixed(1)} ms, ${sample.outcome}`,
+        );
+      }
+    } finally {
+      for (const doc of Object.values(ctx.docs)) doc.close();
+      for (const socket of ctx.sockets) socket.close();
+      await server.stop();
+    }
+  }
+  const loadEnd = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
+  log('');
+  log(
+    `${reps} repetitions; server env ${Object.keys(overrides).length ? JSON.stringify(overrides) : 'defaults'}; load average (1/5/15 min) at the start of each: ${loads.join('; ')}; at the end: ${loadEnd}`,
+  );
+  log('');
+  log(table(cases, samples));
+  if (values.out) {
+    await writeFile(
+      values.out,
+      JSON.stringify({ node: process.version, serverEnv, loads, loadEnd, samples }, null, 1),
+    );
+  }
+  return 0;
+}
+
+/// Runs one case: its preparation, then a reset of the probe, the case, a pause for the work
+/// the server does after answering, and a reading.
+async function measure(probe: Probe, c: Case, ctx: CaseContext, rep: number): Promise<Sample> {
+  let outcome: string;
+  let clientMs = NaN;
+  let reading: ProbeReading;
+  try {
+    if (c.prepare) await c.prepare(ctx);
+    // Let the preparation's own work (and the collection of its garbage) end first.
+    await sleep(300);
+    await probe.reset();
+    // monitorEventLoopDelay records nothing for the first interval after a reset: give it a
+    // few, so that it sees the case's block too and can cross-check the drift probe.
+    await sleep(20);
+    const started = performance.now();
+    try {
+      outcome = await c.run(ctx);
+    } catch (err) {
+      outcome = `error: ${(err as Error).message}`;
+    }
+    clientMs = performance.now() - started;
+    await sleep(c.settleMs ?? 300);
+    reading = await probe.read();
+  } finally {
+    for (const socket of ctx.sockets) socket.close();
+    ctx.sockets = [];
+  }
+  return {
+    rep,
+    name: c.name,
+    outcome,
+    longestBlockMs: reading.longestBlockMs,
+    histogramMaxMs: reading.histogramMaxMs,
+    blocksOver5Ms: reading.blocksOver5Ms,
+    clientMs,
+  };
+}
+
+/// The markdown table: per case, the median and range over repetitions.
+function table(cases: readonly Case[], samples: readonly Sample[]): string {
+  const rows = cases.map((c) => {
+    const list = samples.filter((s) => s.name === c.name);
+    const blocks = list.map((s) => s.longestBlockMs);
+    const fmt = (v: number | null) => (v === null ? '–' : v < 10 ? v.toFixed(1) : v.toFixed(0));
+    const outcomes = [...new Set(list.map((s) => s.outcome))].join(', ');
+    const med = median(blocks);
+    return `| ${c.name} | ${c.what} | ${fmt(med)} | ${fmt(Math.min(...blocks))}–${fmt(Math.max(...blocks))} | ${fmt(median(list.map((s) => s.histogramMaxMs)))} | ${fmt(median(list.map((s) => s.clientMs)))} | ${outcomes} | ${med !== null && med > 50 ? '**over**' : 'ok'} |`;
+  });
+  return [
+    '| Case | Message | Longest block, median (ms) | min–max (ms) | ELD histogram max, median (ms) | Client round trip, median (ms) | Answer | 50 ms |',
+    '| :--- | :--- | ---: | ---: | ---: | ---: | :--- | :--- |',
+    ...rows,
+  ].join('\n');
+}
+
+/// The parent's end of `loop_probe.ts`'s IPC channel.
+class Probe {
+  private nextId = 1;
+  private readonly waiting = new Map<number, (message: ProbeReading) => void>();
+  private readonly child: ChildProcess;
+
+  constructor(child: ChildProcess) {
+    this.child = child;
+    child.on('message', (message: ProbeReading) => {
+      const resolve = this.waiting.get(message.id);
+      if (resolve) {
+        this.waiting.delete(message.id);
+        resolve(message);
+      }
+    });
+  }
+
+  async reset(): Promise<void> {
+    await this.call('reset');
+  }
+
+  read(): Promise<ProbeReading> {
+    return this.call('read');
+  }
+
+  private call(probe: 'reset' | 'read'): Promise<ProbeReading> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`probe ${probe}: no answer`)), 120_000);
+      this.waiting.set(id, (message) => {
+        clearTimeout(timer);
+        resolve(message);
+      });
+      this.child.send({ probe, id });
+    });
+  }
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(
+      `bench:hostile: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
+    process.exitCode = 1;
+  },
+);
