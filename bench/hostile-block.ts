@@ -3,7 +3,7 @@ import { writeFile } from 'node:fs/promises';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { parseEnvPairs, startServerProcess } from '../client-sim/server_process.js';
-import { loadConfig } from '../server/config.js';
+import { loadConfig, type Config } from '../server/config.js';
 import { allCases, growDocs, sleep, type Case, type CaseContext } from './hostile_cases.js';
 import type { ProbeReading } from './loop_probe.js';
 import { median } from './measured_run.js';
@@ -20,7 +20,10 @@ const usage = `Usage: npm run bench:hostile -- [options]
 
   --reps N          repetitions, each against a fresh server child (default 5)
   --cases LIST      comma-separated case names (default all; --list shows them)
-  --server-env K=V  environment for the server child, repeatable (e.g. MAX_DOC_BYTES=4194304)
+  --server-env K=V  environment for every server child, repeatable (e.g. MAX_DOC_BYTES=4194304)
+  --variant L=K=V,… a configuration to measure, labelled L, with its own environment
+                    (repeatable; \`defaults=\` for none); variants take turns within each
+                    repetition (default: one variant, "defaults")
   --out FILE        also write every sample as JSON to FILE
   --list            list the cases and exit
   --help            show this text
@@ -37,8 +40,16 @@ const benchEnv: Record<string, string> = {
   SNAPSHOT_EVERY_MS: '86400000',
 };
 
+/// A server configuration to measure: its label and its environment over `benchEnv`.
+interface Variant {
+  label: string;
+  env: Record<string, string>;
+  config: Readonly<Config>;
+}
+
 /// One measurement of one case.
 interface Sample {
+  variant: string;
   rep: number;
   name: string;
   outcome: string;
@@ -46,6 +57,8 @@ interface Sample {
   histogramMaxMs: number;
   blocksOver5Ms: number;
   clientMs: number;
+  /// The 1-minute load average when the repetition of this variant started.
+  load: number;
 }
 
 async function main(): Promise<number> {
@@ -56,6 +69,7 @@ async function main(): Promise<number> {
       reps: { type: 'string', default: '5' },
       cases: { type: 'string' },
       'server-env': { type: 'string', multiple: true },
+      variant: { type: 'string', multiple: true },
       out: { type: 'string' },
       list: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
@@ -76,75 +90,109 @@ async function main(): Promise<number> {
   const unknown = names?.filter((name) => !every.some((c) => c.name === name)) ?? [];
   if (unknown.length > 0) throw new Error(`unknown case(s): ${unknown.join(', ')}`);
   const cases = names ? every.filter((c) => names.includes(c.name)) : every;
-  const serverEnv = { ...benchEnv, ...parseEnvPairs(values['server-env'] ?? []) };
-  // The server's own configuration code: the limits the cases aim at are exactly its own.
-  const config = loadConfig({}, serverEnv);
-  const overrides = parseEnvPairs(values['server-env'] ?? []);
+  const common = { ...benchEnv, ...parseEnvPairs(values['server-env'] ?? []) };
+  const variants = (values.variant ?? ['defaults=']).map((spec) => parseVariant(spec, common));
 
   const log = (line: string) => process.stdout.write(`${line}\n`);
   log(
-    `Node ${process.version}, ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB; server env ${JSON.stringify(serverEnv)}`,
+    `Node ${process.version}, ${cpus().length} × ${cpus()[0]?.model ?? 'CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB; server env ${JSON.stringify(common)}`,
   );
-  log(
-    `limits: maxMessageBytes ${config.maxMessageBytes}, maxJsonDepth ${config.maxJsonDepth}, maxDocBytes ${config.maxDocBytes}, maxDocSize ${config.maxDocSize}, maxAttributeBytes ${config.maxAttributeBytes}, maxStepsPerBatch ${config.maxStepsPerBatch}, maxApplyMs ${config.maxApplyMs}`,
-  );
+  for (const { label, env, config } of variants) {
+    log(
+      `${label} (${JSON.stringify(env)}): maxMessageBytes ${config.maxMessageBytes}, maxJsonDepth ${config.maxJsonDepth}, maxDocBytes ${config.maxDocBytes}, maxDocSize ${config.maxDocSize}, maxAttributeBytes ${config.maxAttributeBytes}, maxStepsPerBatch ${config.maxStepsPerBatch}, maxApplyMs ${config.maxApplyMs}`,
+    );
+  }
   const samples: Sample[] = [];
-  const loads: string[] = [];
+  // Variants take turns within each repetition, so that the load other processes put on the
+  // machine falls on all of them alike.
   for (let rep = 1; rep <= reps; rep++) {
-    const load = loadavg()
-      .map((l) => l.toFixed(2))
-      .join(' ');
-    loads.push(load);
-    log(`repetition ${rep}/${reps}, load average ${load}`);
-    const server = await startServerProcess(serverEnv, {
-      nodeArgs: ['--import', new URL('./loop_probe.js', import.meta.url).href],
-      ipc: true,
-    });
-    const probe = new Probe(server.child);
-    const ctx: CaseContext = {
-      url: server.url,
-      config,
-      docs: {},
-      sockets: [],
-      documentsBeforeLeave: null,
-      touched: false,
-    };
-    try {
-      for (const c of cases) {
-        await growDocs(ctx, c.needs, (line) => log(`  ${line}`));
-        const sample = await measure(probe, c, ctx, rep);
-        samples.push(sample);
-        log(
-          `  ${c.name.padEnd(18)} block ${sample.longestBlockMs.toFixed(1).padStart(8)} ms (histogram ${sample.histogramMaxMs.toFixed(1)}, ${sample.blocksOver5Ms} over 5 ms), client ${sample.clientMs.toFixed(1)} ms, ${sample.outcome}`,
-        );
+    for (const variant of variants) {
+      const load = loadavg();
+      log(
+        `repetition ${rep}/${reps}, ${variant.label}, load average ${load.map((l) => l.toFixed(2)).join(' ')}`,
+      );
+      for (const sample of await runRepetition(variant, cases, rep, log)) {
+        samples.push({ ...sample, load: load[0]! });
       }
-    } finally {
-      for (const doc of Object.values(ctx.docs)) doc.close();
-      for (const socket of ctx.sockets) socket.close();
-      await server.stop();
     }
   }
-  const loadEnd = loadavg()
-    .map((l) => l.toFixed(2))
-    .join(' ');
   log('');
-  log(
-    `${reps} repetitions; server env ${Object.keys(overrides).length ? JSON.stringify(overrides) : 'defaults'}; load average (1/5/15 min) at the start of each: ${loads.join('; ')}; at the end: ${loadEnd}`,
-  );
-  log('');
-  log(table(cases, samples));
+  for (const variant of variants) {
+    const own = samples.filter((s) => s.variant === variant.label);
+    const loads = own.filter((s) => s.name === cases[0]!.name).map((s) => s.load.toFixed(2));
+    log(
+      `${variant.label}: ${reps} repetitions, server env ${JSON.stringify(variant.env)}; 1-minute load average at the start of each: ${loads.join(', ')}`,
+    );
+    log('');
+    log(table(cases, own));
+    log('');
+  }
+  if (variants.length > 1) log(comparison(cases, variants, samples));
   if (values.out) {
     await writeFile(
       values.out,
-      JSON.stringify({ node: process.version, serverEnv, loads, loadEnd, samples }, null, 1),
+      JSON.stringify({ node: process.version, common, variants, samples }, null, 1),
     );
   }
   return 0;
 }
 
+/// Parses `LABEL=KEY=VALUE,KEY=VALUE` (the environment may be empty: `defaults=`).
+function parseVariant(spec: string, common: Record<string, string>): Variant {
+  const at = spec.indexOf('=');
+  if (at <= 0) throw new Error(`--variant takes LABEL=KEY=VALUE,…, got "${spec}"`);
+  const rest = spec.slice(at + 1);
+  const env = parseEnvPairs(rest === '' ? [] : rest.split(','));
+  // The server's own configuration code: the limits the cases aim at are exactly its own.
+  return { label: spec.slice(0, at), env, config: loadConfig({}, { ...common, ...env }) };
+}
+
+/// One repetition of every case against a fresh server child configured as `variant`.
+async function runRepetition(
+  variant: Variant,
+  cases: readonly Case[],
+  rep: number,
+  log: (line: string) => void,
+): Promise<Omit<Sample, 'load'>[]> {
+  const server = await startServerProcess(
+    { ...benchEnv, ...variant.env },
+    { nodeArgs: ['--import', new URL('./loop_probe.js', import.meta.url).href], ipc: true },
+  );
+  const probe = new Probe(server.child);
+  const ctx: CaseContext = {
+    url: server.url,
+    config: variant.config,
+    docs: {},
+    sockets: [],
+    documentsBeforeLeave: null,
+    touched: false,
+  };
+  const samples: Omit<Sample, 'load'>[] = [];
+  try {
+    for (const c of cases) {
+      await growDocs(ctx, c.needs, (line) => log(`  ${line}`));
+      const sample = { variant: variant.label, ...(await measure(probe, c, ctx, rep)) };
+      samples.push(sample);
+      log(
+        `  ${c.name.padEnd(18)} block ${sample.longestBlockMs.toFixed(1).padStart(8)} ms (histogram ${sample.histogramMaxMs.toFixed(1)}, ${sample.blocksOver5Ms} over 5 ms), client ${sample.clientMs.toFixed(1)} ms, ${sample.outcome}`,
+      );
+    }
+  } finally {
+    for (const doc of Object.values(ctx.docs)) doc.close();
+    for (const socket of ctx.sockets) socket.close();
+    await server.stop();
+  }
+  return samples;
+}
+
 /// Runs one case: its preparation, then a reset of the probe, the case, a pause for the work
 /// the server does after answering, and a reading.
-async function measure(probe: Probe, c: Case, ctx: CaseContext, rep: number): Promise<Sample> {
+async function measure(
+  probe: Probe,
+  c: Case,
+  ctx: CaseContext,
+  rep: number,
+): Promise<Omit<Sample, 'variant' | 'load'>> {
   let outcome: string;
   let clientMs = NaN;
   let reading: ProbeReading;
@@ -180,21 +228,46 @@ async function measure(probe: Probe, c: Case, ctx: CaseContext, rep: number): Pr
   };
 }
 
-/// The markdown table: per case, the median and range over repetitions.
+/// The markdown table of one variant: per case, the median and range over repetitions.
 function table(cases: readonly Case[], samples: readonly Sample[]): string {
   const rows = cases.map((c) => {
     const list = samples.filter((s) => s.name === c.name);
     const blocks = list.map((s) => s.longestBlockMs);
-    const fmt = (v: number | null) => (v === null ? '–' : v < 10 ? v.toFixed(1) : v.toFixed(0));
     const outcomes = [...new Set(list.map((s) => s.outcome))].join(', ');
     const med = median(blocks);
-    return `| ${c.name} | ${c.what} | ${fmt(med)} | ${fmt(Math.min(...blocks))}–${fmt(Math.max(...blocks))} | ${fmt(median(list.map((s) => s.histogramMaxMs)))} | ${fmt(median(list.map((s) => s.clientMs)))} | ${outcomes} | ${med !== null && med > 50 ? '**over**' : 'ok'} |`;
+    return `| ${c.name} | ${c.what} | ${ms(med)} | ${ms(Math.min(...blocks))}–${ms(Math.max(...blocks))} | ${ms(median(list.map((s) => s.histogramMaxMs)))} | ${ms(median(list.map((s) => s.clientMs)))} | ${outcomes} | ${med !== null && med > 50 ? '**over**' : 'ok'} |`;
   });
   return [
     '| Case | Message | Longest block, median (ms) | min–max (ms) | ELD histogram max, median (ms) | Client round trip, median (ms) | Answer | 50 ms |',
     '| :--- | :--- | ---: | ---: | ---: | ---: | :--- | :--- |',
     ...rows,
   ].join('\n');
+}
+
+/// Variants side by side: per case, each one's median longest block, its range and answer.
+function comparison(
+  cases: readonly Case[],
+  variants: readonly Variant[],
+  samples: readonly Sample[],
+): string {
+  const rows = cases.map((c) => {
+    const cells = variants.map((variant) => {
+      const list = samples.filter((s) => s.name === c.name && s.variant === variant.label);
+      const blocks = list.map((s) => s.longestBlockMs);
+      const outcomes = [...new Set(list.map((s) => s.outcome))].join(', ');
+      return `${ms(median(blocks))} (${ms(Math.min(...blocks))}–${ms(Math.max(...blocks))}) ${outcomes}`;
+    });
+    return `| ${c.name} | ${cells.join(' | ')} |`;
+  });
+  return [
+    `| Case | ${variants.map((v) => `${v.label}: median (min–max) ms, answer`).join(' | ')} |`,
+    `| :--- | ${variants.map(() => ':---').join(' | ')} |`,
+    ...rows,
+  ].join('\n');
+}
+
+function ms(value: number | null): string {
+  return value === null ? '–' : value < 10 ? value.toFixed(1) : value.toFixed(0);
 }
 
 /// The parent's end of `loop_probe.ts`'s IPC channel.
