@@ -197,7 +197,21 @@ async function measure(
   let clientMs = NaN;
   let reading: ProbeReading;
   try {
-    if (c.prepare) await c.prepare(ctx);
+    try {
+      if (c.prepare) await c.prepare(ctx);
+    } catch (err) {
+      // Recorded without figures; the other cases still run.
+      const failed = `setup failed: ${(err as Error).message}`;
+      return {
+        rep,
+        name: c.name,
+        outcome: failed,
+        longestBlockMs: NaN,
+        histogramMaxMs: NaN,
+        blocksOver5Ms: 0,
+        clientMs,
+      };
+    }
     // Let the preparation's own work (and the collection of its garbage) end first.
     await sleep(300);
     await probe.reset();
@@ -232,10 +246,10 @@ async function measure(
 function table(cases: readonly Case[], samples: readonly Sample[]): string {
   const rows = cases.map((c) => {
     const list = samples.filter((s) => s.name === c.name);
-    const blocks = list.map((s) => s.longestBlockMs);
+    const blocks = finite(list.map((s) => s.longestBlockMs));
     const outcomes = [...new Set(list.map((s) => s.outcome))].join(', ');
     const med = median(blocks);
-    return `| ${c.name} | ${c.what} | ${ms(med)} | ${ms(Math.min(...blocks))}–${ms(Math.max(...blocks))} | ${ms(median(list.map((s) => s.histogramMaxMs)))} | ${ms(median(list.map((s) => s.clientMs)))} | ${outcomes} | ${med !== null && med > 50 ? '**over**' : 'ok'} |`;
+    return `| ${c.name} | ${c.what} | ${ms(med)} | ${ms(Math.min(...blocks))}–${ms(Math.max(...blocks))} | ${ms(median(finite(list.map((s) => s.histogramMaxMs))))} | ${ms(median(finite(list.map((s) => s.clientMs))))} | ${outcomes} | ${med !== null && med > 50 ? '**over**' : 'ok'} |`;
   });
   return [
     '| Case | Message | Longest block, median (ms) | min–max (ms) | ELD histogram max, median (ms) | Client round trip, median (ms) | Answer | 50 ms |',
@@ -253,7 +267,7 @@ function comparison(
   const rows = cases.map((c) => {
     const cells = variants.map((variant) => {
       const list = samples.filter((s) => s.name === c.name && s.variant === variant.label);
-      const blocks = list.map((s) => s.longestBlockMs);
+      const blocks = finite(list.map((s) => s.longestBlockMs));
       const outcomes = [...new Set(list.map((s) => s.outcome))].join(', ');
       return `${ms(median(blocks))} (${ms(Math.min(...blocks))}–${ms(Math.max(...blocks))}) ${outcomes}`;
     });
@@ -267,7 +281,13 @@ function comparison(
 }
 
 function ms(value: number | null): string {
-  return value === null ? '–' : value < 10 ? value.toFixed(1) : value.toFixed(0);
+  if (value === null || !Number.isFinite(value)) return '–';
+  return value < 10 ? value.toFixed(1) : value.toFixed(0);
+}
+
+/// The numbers that are measurements (a case whose setup failed has none).
+function finite(values: readonly number[]): number[] {
+  return values.filter((v) => Number.isFinite(v));
 }
 
 /// The parent's end of `loop_probe.ts`'s IPC channel.
