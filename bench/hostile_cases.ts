@@ -356,6 +356,43 @@ export function allCases(): Case[] {
       },
     },
     {
+      name: 'pull-history',
+      needs: [],
+      what: 'a pull from version 0 of a new document whose history is maxHistoryBytes of control characters (answered with the steps)',
+      prepare: async (ctx) => {
+        const h = await HostileDoc.open(ctx.url, 'hostile-h', 'mallory-h');
+        // Pastes of control characters (six bytes each on the wire), each deleted again, until
+        // the history holds as many bytes as it may without being cut.
+        const { maxMessageBytes, maxHistoryBytes, maxDocBytes } = ctx.config;
+        const chars = Math.min(
+          maxMessageBytes - 512,
+          Math.floor((2 * maxMessageBytes - 4096) / 6),
+          maxDocBytes - 1024,
+        );
+        const pairs = Math.floor(maxHistoryBytes / (chars + 256));
+        for (let i = 0; i < pairs; i++) {
+          const text = '\u0001'.repeat(chars);
+          for (const step of [
+            { stepType: 'replace', from: 1, to: 1, slice: { content: [{ type: 'text', text }] } },
+            { stepType: 'replace', from: 1, to: 1 + chars },
+          ]) {
+            const answer = await h.send([step]);
+            if (!answer.ok) throw new Error(`pull-history setup: ${answer.code}`);
+          }
+        }
+        ctx.sockets.push(h.socket);
+      },
+      run: async (ctx) => {
+        const answer = await ask<SyncAnswer>(ctx.sockets[0]!, 'pull', { version: 0 });
+        return !answer.ok
+          ? answer.code
+          : 'steps' in answer
+            ? `ok, ${answer.steps.length} steps`
+            : 'ok, document';
+      },
+      settleMs: 1000,
+    },
+    {
       name: 'http-get',
       needs: ['n'],
       what: 'N: GET /docs/:id (serialised on every request)',
