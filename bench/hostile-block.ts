@@ -24,6 +24,8 @@ const usage = `Usage: npm run bench:hostile -- [options]
   --variant L=K=V,… a configuration to measure, labelled L, with its own environment
                     (repeatable; \`defaults=\` for none); variants take turns within each
                     repetition (default: one variant, "defaults")
+  --passes N        runs of the case list per repetition, on the same server child and new
+                    documents: the first in cold code, later ones warm (default 1)
   --out FILE        also write every sample as JSON to FILE
   --list            list the cases and exit
   --help            show this text
@@ -54,6 +56,7 @@ interface Sample {
   name: string;
   outcome: string;
   longestBlockMs: number;
+  longestBlockCpuMs: number;
   histogramMaxMs: number;
   blocksOver5Ms: number;
   clientMs: number;
@@ -70,6 +73,7 @@ async function main(): Promise<number> {
       cases: { type: 'string' },
       'server-env': { type: 'string', multiple: true },
       variant: { type: 'string', multiple: true },
+      passes: { type: 'string', default: '1' },
       out: { type: 'string' },
       list: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
@@ -86,6 +90,8 @@ async function main(): Promise<number> {
   }
   const reps = Number(values.reps);
   if (!Number.isInteger(reps) || reps < 1) throw new Error('--reps takes a whole number ≥ 1');
+  const passes = Number(values.passes);
+  if (!Number.isInteger(passes) || passes < 1) throw new Error('--passes takes a whole number ≥ 1');
   const names = values.cases?.split(',').map((name) => name.trim());
   const unknown = names?.filter((name) => !every.some((c) => c.name === name)) ?? [];
   if (unknown.length > 0) throw new Error(`unknown case(s): ${unknown.join(', ')}`);
@@ -111,13 +117,19 @@ async function main(): Promise<number> {
       log(
         `repetition ${rep}/${reps}, ${variant.label}, load average ${load.map((l) => l.toFixed(2)).join(' ')}`,
       );
-      for (const sample of await runRepetition(variant, cases, rep, log)) {
+      for (const sample of await runRepetition(variant, cases, rep, passes, log)) {
         samples.push({ ...sample, load: load[0]! });
       }
     }
   }
   log('');
-  for (const variant of variants) {
+  const labels = variants.flatMap((variant) =>
+    Array.from({ length: passes }, (_, i) => ({
+      ...variant,
+      label: passLabel(variant, i + 1, passes),
+    })),
+  );
+  for (const variant of labels) {
     const own = samples.filter((s) => s.variant === variant.label);
     const loads = own.filter((s) => s.name === cases[0]!.name).map((s) => s.load.toFixed(2));
     log(
@@ -127,7 +139,7 @@ async function main(): Promise<number> {
     log(table(cases, own));
     log('');
   }
-  if (variants.length > 1) log(comparison(cases, variants, samples));
+  if (labels.length > 1) log(comparison(cases, labels, samples));
   if (values.out) {
     await writeFile(
       values.out,
@@ -147,11 +159,21 @@ function parseVariant(spec: string, common: Record<string, string>): Variant {
   return { label: spec.slice(0, at), env, config: loadConfig({}, { ...common, ...env }) };
 }
 
-/// One repetition of every case against a fresh server child configured as `variant`.
+/// A variant's label in the tables: with several passes, which one.
+function passLabel(variant: Variant, pass: number, passes: number): string {
+  if (passes === 1) return variant.label;
+  return `${variant.label}, ${pass === 1 ? 'cold' : `warm${passes > 2 ? ` ${pass - 1}` : ''}`}`;
+}
+
+/// One repetition of every case against a fresh server child configured as `variant`, `passes`
+/// times over: the first pass runs each case in code the server has not run (or optimised)
+/// yet, as right after a restart; later ones, on new documents, in code the earlier passes
+/// warmed up, as in a server that has been serving for a while.
 async function runRepetition(
   variant: Variant,
   cases: readonly Case[],
   rep: number,
+  passes: number,
   log: (line: string) => void,
 ): Promise<Omit<Sample, 'load'>[]> {
   const server = await startServerProcess(
@@ -159,30 +181,54 @@ async function runRepetition(
     { nodeArgs: ['--import', new URL('./loop_probe.js', import.meta.url).href], ipc: true },
   );
   const probe = new Probe(server.child);
-  const ctx: CaseContext = {
-    url: server.url,
-    config: variant.config,
-    docs: {},
-    sockets: [],
-    documentsBeforeLeave: null,
-    touched: false,
-  };
   const samples: Omit<Sample, 'load'>[] = [];
   try {
-    for (const c of cases) {
-      await growDocs(ctx, c.needs, (line) => log(`  ${line}`));
-      const sample = { variant: variant.label, ...(await measure(probe, c, ctx, rep)) };
-      samples.push(sample);
-      log(
-        `  ${c.name.padEnd(18)} block ${sample.longestBlockMs.toFixed(1).padStart(8)} ms (histogram ${sample.histogramMaxMs.toFixed(1)}, ${sample.blocksOver5Ms} over 5 ms), client ${sample.clientMs.toFixed(1)} ms, ${sample.outcome}`,
-      );
+    for (let pass = 1; pass <= passes; pass++) {
+      const label = passLabel(variant, pass, passes);
+      if (passes > 1) log(`  pass ${pass} (${label})`);
+      const ctx: CaseContext = {
+        url: server.url,
+        config: variant.config,
+        docs: {},
+        sockets: [],
+        documentsBeforeLeave: null,
+        touched: false,
+        pass,
+      };
+      try {
+        for (const c of cases) {
+          await growDocs(ctx, c.needs, (line) => log(`  ${line}`));
+          const sample = { variant: label, ...(await measure(probe, c, ctx, rep)) };
+          samples.push(sample);
+          log(
+            `  ${c.name.padEnd(18)} block ${sample.longestBlockMs.toFixed(1).padStart(8)} ms (CPU ${sample.longestBlockCpuMs.toFixed(1)}, histogram ${sample.histogramMaxMs.toFixed(1)}, ${sample.blocksOver5Ms} over 5 ms), client ${sample.clientMs.toFixed(1)} ms, ${sample.outcome}`,
+          );
+        }
+      } finally {
+        for (const doc of Object.values(ctx.docs)) doc.close();
+        for (const socket of ctx.sockets) socket.close();
+      }
+      // The documents of this pass are unloaded (and snapshotted) a moment after their last
+      // socket left: that must not land in the next pass's measurements.
+      if (pass < passes) await waitUnloaded(server.url, variant.config.idleUnloadMs + 15_000);
     }
   } finally {
-    for (const doc of Object.values(ctx.docs)) doc.close();
-    for (const socket of ctx.sockets) socket.close();
     await server.stop();
   }
   return samples;
+}
+
+/// Waits until the server holds no document, or `timeoutMs`.
+async function waitUnloaded(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const response = await fetch(new URL('/healthz', url));
+    const { documents } = (await response.json()) as { documents: number };
+    if (documents === 0) break;
+    await sleep(250);
+  }
+  // And the garbage of what was unloaded.
+  await sleep(1000);
 }
 
 /// Runs one case: its preparation, then a reset of the probe, the case, a pause for the work
@@ -207,6 +253,7 @@ async function measure(
         name: c.name,
         outcome: failed,
         longestBlockMs: NaN,
+        longestBlockCpuMs: NaN,
         histogramMaxMs: NaN,
         blocksOver5Ms: 0,
         clientMs,
@@ -236,6 +283,7 @@ async function measure(
     name: c.name,
     outcome,
     longestBlockMs: reading.longestBlockMs,
+    longestBlockCpuMs: reading.longestBlockCpuMs,
     histogramMaxMs: reading.histogramMaxMs,
     blocksOver5Ms: reading.blocksOver5Ms,
     clientMs,
@@ -249,11 +297,11 @@ function table(cases: readonly Case[], samples: readonly Sample[]): string {
     const blocks = finite(list.map((s) => s.longestBlockMs));
     const outcomes = [...new Set(list.map((s) => s.outcome))].join(', ');
     const med = median(blocks);
-    return `| ${c.name} | ${c.what} | ${ms(med)} | ${ms(Math.min(...blocks))}–${ms(Math.max(...blocks))} | ${ms(median(finite(list.map((s) => s.histogramMaxMs))))} | ${ms(median(finite(list.map((s) => s.clientMs))))} | ${outcomes} | ${med !== null && med > 50 ? '**over**' : 'ok'} |`;
+    return `| ${c.name} | ${c.what} | ${ms(med)} | ${ms(Math.min(...blocks))}–${ms(Math.max(...blocks))} | ${ms(median(finite(list.map((s) => s.longestBlockCpuMs))))} | ${ms(median(finite(list.map((s) => s.histogramMaxMs))))} | ${ms(median(finite(list.map((s) => s.clientMs))))} | ${outcomes} | ${med !== null && med > 50 ? '**over**' : 'ok'} |`;
   });
   return [
-    '| Case | Message | Longest block, median (ms) | min–max (ms) | ELD histogram max, median (ms) | Client round trip, median (ms) | Answer | 50 ms |',
-    '| :--- | :--- | ---: | ---: | ---: | ---: | :--- | :--- |',
+    '| Case | Message | Longest block, median (ms) | min–max (ms) | CPU in it, median (ms) | ELD histogram max, median (ms) | Client round trip, median (ms) | Answer | 50 ms |',
+    '| :--- | :--- | ---: | ---: | ---: | ---: | ---: | :--- | :--- |',
     ...rows,
   ].join('\n');
 }

@@ -21,9 +21,9 @@ import {
 //   list of children, so that every step copies the longest fragment; the blockquote lets a
 //   lift/wrap pair leave the document as it was. Its growth stops when even a one-paragraph
 //   paste takes longer than `maxApplyMs`, which may come before `maxDocBytes`.
-// - N: empty paragraphs in blockquotes of 1,024, up to `maxDocBytes`: the most nodes a
+// - N: empty paragraphs in blockquotes of 256, up to `maxDocBytes`: the most nodes a
 //   document may hold, for everything that walks the whole document (serialise, parse, check).
-// - B: one-character paragraphs (~60 bytes) in blockquotes of 1,024, up to `maxDocBytes`: the
+// - B: one-character paragraphs (~60 bytes) in blockquotes of 256, up to `maxDocBytes`: the
 //   most text nodes for a mark to touch.
 // - C: paragraphs of control characters (U+0001), which the size estimate counts as one byte
 //   each and JSON writes as six (`\u0001`): the largest JSON a document within limits has.
@@ -42,6 +42,14 @@ export interface CaseContext {
   documentsBeforeLeave: number | null;
   /// Whether the last attempt to make a new version of N was accepted.
   touched: boolean;
+  /// The pass (1: every case runs in code the server has not run yet; 2: again, warm), which
+  /// names the documents, so that a pass starts from new ones.
+  pass: number;
+}
+
+/// The id of document `name` in this pass.
+function docId(ctx: CaseContext, name: string): string {
+  return `p${ctx.pass}-hostile-${name}`;
 }
 
 /// One case: what it sends, and on which document.
@@ -57,7 +65,8 @@ export interface Case {
   settleMs?: number;
 }
 
-const groupSize = 1024;
+// Small enough that one group fits the smallest message limits worth trying (64 KiB).
+const groupSize = 256;
 
 /// Grows the documents `needs` names that are not grown yet; logs what each became.
 export async function growDocs(
@@ -67,7 +76,7 @@ export async function growDocs(
 ): Promise<void> {
   const maxBytes = ctx.config.maxMessageBytes;
   if (needs.includes('a') && !ctx.docs.a) {
-    const a = await HostileDoc.open(ctx.url, 'hostile-a', 'mallory-a');
+    const a = await HostileDoc.open(ctx.url, docId(ctx, 'a'), 'mallory-a');
     const wrapped = await a.send([
       {
         stepType: 'replace',
@@ -87,9 +96,9 @@ export async function growDocs(
     ctx.docs.a = a;
   }
   if (needs.includes('n') && !ctx.docs.n) {
-    const n = await HostileDoc.open(ctx.url, 'hostile-n', 'mallory-n');
+    const n = await HostileDoc.open(ctx.url, docId(ctx, 'n'), 'mallory-n');
     const group = { type: 'blockquote', content: new Array(groupSize).fill({ type: 'paragraph' }) };
-    const sent = await n.grow(repeatShape(group, 2 + 2 * groupSize, maxBytes), () => n.size, 16);
+    const sent = await n.grow(repeatShape(group, 2 + 2 * groupSize, maxBytes), () => n.size, 64);
     const paragraphs = 1 + ((n.size - 2) / (2 + 2 * groupSize)) * groupSize;
     log(
       `N: ${paragraphs} empty paragraphs in blockquotes of ${groupSize} (~${mib(paragraphs * 21)} MiB), ${sent} pastes`,
@@ -97,10 +106,10 @@ export async function growDocs(
     ctx.docs.n = n;
   }
   if (needs.includes('b') && !ctx.docs.b) {
-    const b = await HostileDoc.open(ctx.url, 'hostile-b', 'mallory-b');
+    const b = await HostileDoc.open(ctx.url, docId(ctx, 'b'), 'mallory-b');
     const paragraph = { type: 'paragraph', content: [{ type: 'text', text: 'x' }] };
     const group = { type: 'blockquote', content: new Array(groupSize).fill(paragraph) };
-    const sent = await b.grow(repeatShape(group, 2 + 3 * groupSize, maxBytes), () => b.size, 8);
+    const sent = await b.grow(repeatShape(group, 2 + 3 * groupSize, maxBytes), () => b.size, 32);
     const paragraphs = ((b.size - 2) / (2 + 3 * groupSize)) * groupSize;
     log(
       `B: ${paragraphs} one-character paragraphs in blockquotes of ${groupSize} (~${mib(paragraphs * 60)} MiB), ${sent} pastes`,
@@ -108,7 +117,7 @@ export async function growDocs(
     ctx.docs.b = b;
   }
   if (needs.includes('c') && !ctx.docs.c) {
-    const c = await HostileDoc.open(ctx.url, 'hostile-c', 'mallory-c');
+    const c = await HostileDoc.open(ctx.url, docId(ctx, 'c'), 'mallory-c');
     // Each character is six bytes on the wire: the engine's frame cap (2 × maxMessageBytes)
     // binds before the gate's estimate does.
     const shape: GrowthShape = {
@@ -135,7 +144,7 @@ export function allCases(): Case[] {
       needs: [],
       what: 'frame at the engine cap (2 × maxMessageBytes) of arrays nested to JSON depth 128',
       prepare: async (ctx) => {
-        ctx.sockets.push(await openSocket(ctx.url, 'hostile-frames', 'mallory-f'));
+        ctx.sockets.push(await openSocket(ctx.url, docId(ctx, 'frames'), 'mallory-f'));
       },
       run: (ctx) => sendFrame(ctx, nestedArrays(ctx.config.maxJsonDepth - 2)),
     },
@@ -144,7 +153,7 @@ export function allCases(): Case[] {
       needs: [],
       what: 'the same, one level deeper than maxJsonDepth',
       prepare: async (ctx) => {
-        ctx.sockets.push(await openSocket(ctx.url, 'hostile-frames', 'mallory-f'));
+        ctx.sockets.push(await openSocket(ctx.url, docId(ctx, 'frames'), 'mallory-f'));
       },
       run: (ctx) => sendFrame(ctx, nestedArrays(ctx.config.maxJsonDepth - 1)),
     },
@@ -153,7 +162,7 @@ export function allCases(): Case[] {
       needs: [],
       what: 'frame at the engine cap of one object with distinct keys',
       prepare: async (ctx) => {
-        ctx.sockets.push(await openSocket(ctx.url, 'hostile-frames', 'mallory-f'));
+        ctx.sockets.push(await openSocket(ctx.url, docId(ctx, 'frames'), 'mallory-f'));
       },
       run: (ctx) => {
         const object: Record<string, number> = {};
@@ -174,7 +183,7 @@ export function allCases(): Case[] {
       needs: [],
       what: 'one step inserting a text of maxMessageBytes into a new document',
       prepare: async (ctx) => {
-        const doc = await HostileDoc.open(ctx.url, 'hostile-e', 'mallory-e');
+        const doc = await HostileDoc.open(ctx.url, docId(ctx, 'e'), 'mallory-e');
         ctx.sockets.push(doc.socket);
       },
       run: async (ctx) => {
@@ -197,7 +206,7 @@ export function allCases(): Case[] {
       needs: [],
       what: 'a step whose slice nests blockquotes to JSON depth maxJsonDepth',
       prepare: async (ctx) => {
-        const doc = await HostileDoc.open(ctx.url, 'hostile-d', 'mallory-d');
+        const doc = await HostileDoc.open(ctx.url, docId(ctx, 'd'), 'mallory-d');
         ctx.sockets.push(doc.socket);
       },
       run: async (ctx) => {
@@ -220,8 +229,8 @@ export function allCases(): Case[] {
       needs: [],
       what: 'as many typing steps as fit, made before maxRebaseSteps others, rebased over them',
       prepare: async (ctx) => {
-        const first = await HostileDoc.open(ctx.url, 'hostile-g', 'mallory-g1');
-        const second = await openSocket(ctx.url, 'hostile-g', 'mallory-g2');
+        const first = await HostileDoc.open(ctx.url, docId(ctx, 'g'), 'mallory-g1');
+        const second = await openSocket(ctx.url, docId(ctx, 'g'), 'mallory-g2');
         await ask<SyncAnswer>(second, 'join', {});
         // The history to rebase over, in batches of 50 so that each fits `maxApplyMs` (sent
         // again when a busy machine makes one miss it).
@@ -326,7 +335,7 @@ export function allCases(): Case[] {
         // A new version, so that the join serialises it; were the edit refused, the join would
         // still be the first serialisation since the last paste (no case before it makes one).
         await touch(ctx.docs.n!);
-        ctx.sockets.push(await openSocket(ctx.url, 'hostile-n', 'mallory-n2'));
+        ctx.sockets.push(await openSocket(ctx.url, docId(ctx, 'n'), 'mallory-n2'));
       },
       run: async (ctx) => outcomeOf(await ask<SyncAnswer>(ctx.sockets[0]!, 'join', {})),
     },
@@ -336,7 +345,7 @@ export function allCases(): Case[] {
       what: 'N: join by a new socket, the document already serialised at this version',
       prepare: async (ctx) => {
         await ask<SyncAnswer>(ctx.docs.n!.socket, 'pull', {});
-        ctx.sockets.push(await openSocket(ctx.url, 'hostile-n', 'mallory-n2'));
+        ctx.sockets.push(await openSocket(ctx.url, docId(ctx, 'n'), 'mallory-n2'));
       },
       run: async (ctx) => outcomeOf(await ask<SyncAnswer>(ctx.sockets[0]!, 'join', {})),
     },
@@ -360,7 +369,7 @@ export function allCases(): Case[] {
       needs: [],
       what: 'a pull from version 0 of a new document whose history is maxHistoryBytes of control characters (answered with the steps)',
       prepare: async (ctx) => {
-        const h = await HostileDoc.open(ctx.url, 'hostile-h', 'mallory-h');
+        const h = await HostileDoc.open(ctx.url, docId(ctx, 'h'), 'mallory-h');
         // Pastes of control characters (six bytes each on the wire), each deleted again, until
         // the history holds as many bytes as it may without being cut.
         const { maxMessageBytes, maxHistoryBytes, maxDocBytes } = ctx.config;
@@ -409,7 +418,7 @@ export function allCases(): Case[] {
       needs: ['c'],
       what: 'C: join by a new socket (JSON ~6 × the estimated size)',
       prepare: async (ctx) => {
-        ctx.sockets.push(await openSocket(ctx.url, 'hostile-c', 'mallory-c2'));
+        ctx.sockets.push(await openSocket(ctx.url, docId(ctx, 'c'), 'mallory-c2'));
       },
       run: async (ctx) => outcomeOf(await ask<SyncAnswer>(ctx.sockets[0]!, 'join', {})),
       settleMs: 1000,
@@ -445,10 +454,10 @@ export function allCases(): Case[] {
         }
         const deadline = Date.now() + 10_000 + ctx.config.idleUnloadMs;
         while ((await documentsLoaded(ctx.url)) >= ctx.documentsBeforeLeave!) {
-          if (Date.now() > deadline) throw new Error('hostile-n was not unloaded');
+          if (Date.now() > deadline) throw new Error('N was not unloaded');
           await sleep(200);
         }
-        ctx.sockets.push(await openSocket(ctx.url, 'hostile-n', 'mallory-n'));
+        ctx.sockets.push(await openSocket(ctx.url, docId(ctx, 'n'), 'mallory-n'));
       },
       run: async (ctx) => {
         const n = ctx.docs.n!;
@@ -541,7 +550,7 @@ function mib(bytes: number): string {
 }
 
 async function httpGets(ctx: CaseContext, count: number): Promise<string> {
-  const url = new URL('/docs/hostile-a', ctx.url).toString();
+  const url = new URL(`/docs/${docId(ctx, 'n')}`, ctx.url).toString();
   const statuses = await Promise.all(
     Array.from({ length: count }, async () => {
       const response = await fetch(url);

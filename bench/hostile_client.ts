@@ -95,13 +95,15 @@ export class HostileDoc {
     return answer;
   }
 
-  /// Grows the document by pastes at position `at()` until a paste of one unit is refused:
-  /// each paste is one `replace` step. The paste size doubles after an accepted paste and halves
-  /// after a `too-large` refusal (the document limit, or the time budget of `maxApplyMs`).
-  /// Returns the number of pastes sent. Throws on any other refusal.
+  /// Grows the document by pastes at position `at()` until a paste of one unit is refused
+  /// three times running: each paste is one `replace` step. The paste size doubles after an
+  /// accepted paste and halves after a `too-large` refusal (the document limit, or the time
+  /// budget of `maxApplyMs`, which a busy machine can make a paste miss once). Returns the
+  /// number of pastes sent. Throws on any other refusal.
   async grow(shape: GrowthShape, at: () => number, startN: number): Promise<number> {
     let n = Math.min(startN, shape.maxN);
     let sent = 0;
+    let lastChances = 3;
     while (n >= 1) {
       const { content, positions } = shape.unit(n);
       const pos = at();
@@ -113,7 +115,8 @@ export class HostileDoc {
         this.size += positions;
         n = Math.min(n * 2, shape.maxN);
       } else if (answer.code === 'too-large') {
-        n = n >> 1;
+        if (n > 1) n = n >> 1;
+        else if (--lastChances === 0) n = 0;
       } else {
         throw new Error(`paste into ${this.docId} refused: ${answer.code} ${answer.message}`);
       }

@@ -18,6 +18,10 @@ export interface ProbeReading {
   id: number;
   /// Longest gap between two drift-probe runs, minus the 1 ms interval.
   longestBlockMs: number;
+  /// CPU time (user + system, all of the process's threads) spent during that gap. Near the
+  /// gap or above it: the loop was busy. Well below it: the process was waiting, most likely
+  /// for a core the machine's other processes held.
+  longestBlockCpuMs: number;
   /// `monitorEventLoopDelay`'s largest recorded delay.
   histogramMaxMs: number;
   /// Drift-probe gaps over 5 ms since the reset: how many, and their sum.
@@ -30,16 +34,23 @@ const histogram = monitorEventLoopDelay({ resolution: intervalMs });
 histogram.enable();
 
 let last = performance.now();
+let lastCpu = process.cpuUsage();
 let longestGapMs = 0;
+let longestGapCpuMs = 0;
 let blocksOver5Ms = 0;
 let blockedMsOver5Ms = 0;
 
 // unref: the probe must never keep a server that is shutting down alive.
 setInterval(() => {
   const now = performance.now();
+  const cpu = process.cpuUsage();
   const gap = now - last;
+  if (gap > longestGapMs) {
+    longestGapMs = gap;
+    longestGapCpuMs = (cpu.user - lastCpu.user + cpu.system - lastCpu.system) / 1000;
+  }
   last = now;
-  if (gap > longestGapMs) longestGapMs = gap;
+  lastCpu = cpu;
   if (gap - intervalMs > 5) {
     blocksOver5Ms++;
     blockedMsOver5Ms += gap - intervalMs;
@@ -49,16 +60,19 @@ setInterval(() => {
 process.on('message', (message: { probe?: string; id?: number }) => {
   if (message?.probe === 'reset') {
     longestGapMs = 0;
+    longestGapCpuMs = 0;
     blocksOver5Ms = 0;
     blockedMsOver5Ms = 0;
     histogram.reset();
     last = performance.now();
+    lastCpu = process.cpuUsage();
     process.send?.({ probe: 'reset', id: message.id });
   } else if (message?.probe === 'read') {
     const reading: ProbeReading = {
       probe: 'read',
       id: message.id ?? 0,
       longestBlockMs: Math.max(0, longestGapMs - intervalMs),
+      longestBlockCpuMs: longestGapCpuMs,
       histogramMaxMs: histogram.max / 1e6,
       blocksOver5Ms,
       blockedMsOver5Ms,
