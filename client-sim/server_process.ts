@@ -11,8 +11,18 @@ export const serverEntry = fileURLToPath(new URL('../server/main.js', import.met
 export interface ServerProcess {
   url: string;
   pid: number;
+  /// The child itself: with `ipc`, its `send` and `message` event reach code preloaded into it.
+  child: ChildProcess;
   /// SIGTERM, then SIGKILL after 15 s; resolves when the child has exited.
   stop: () => Promise<void>;
+}
+
+/// How to start the child beyond its environment.
+export interface ServerProcessOptions {
+  /// Node options put before the entry point, e.g. `['--import', url]` to preload a probe.
+  nodeArgs?: readonly string[];
+  /// Opens Node's IPC channel to the child (`child.send`, `child.on('message')`).
+  ipc?: boolean;
 }
 
 /// Starts `node dist/server/main.js` on a free loopback port with STORE=memory and
@@ -21,9 +31,10 @@ export interface ServerProcess {
 /// this process's stdout and stderr. Throws when the child does not answer within 15 s.
 export async function startServerProcess(
   env: Readonly<Record<string, string>> = {},
+  options: ServerProcessOptions = {},
 ): Promise<ServerProcess> {
   const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, [serverEntry], {
+  const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), serverEntry], {
     env: {
       ...process.env,
       STORE: 'memory',
@@ -33,7 +44,7 @@ export async function startServerProcess(
       PORT: String(port),
       HOST: '127.0.0.1',
     },
-    stdio: ['ignore', 'inherit', 'inherit'],
+    stdio: options.ipc ? ['ignore', 'inherit', 'inherit', 'ipc'] : ['ignore', 'inherit', 'inherit'],
   });
   const url = `http://127.0.0.1:${port}`;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
@@ -53,6 +64,7 @@ export async function startServerProcess(
   return {
     url,
     pid: child.pid!,
+    child,
     stop: async () => {
       if (child.exitCode !== null) return;
       child.kill('SIGTERM');
