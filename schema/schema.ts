@@ -58,16 +58,26 @@ function stringOrNull(name: string): (value: unknown) => void {
   };
 }
 
+// `Node.check()` runs validators on every node it visits, and one mark is shared by every text
+// node it covers: bold-as-link over a whole document would scan the same long URL once per
+// text node. The last URL found safe is remembered; `===` on the same string is a pointer test.
+let lastSafeImage: string | null = null;
+let lastSafeLink: string | null = null;
+
 function safeImageUrl(value: unknown): void {
+  if (value === lastSafeImage) return;
   if (typeof value !== 'string' || !isSafeImageUrl(value)) {
     throw new RangeError('image src must be an http(s), relative or data:image URL');
   }
+  lastSafeImage = value;
 }
 
 function safeLinkUrl(value: unknown): void {
+  if (value === lastSafeLink) return;
   if (typeof value !== 'string' || !isSafeLinkUrl(value)) {
     throw new RangeError('link href must be an http(s), mailto or relative URL');
   }
+  lastSafeLink = value;
 }
 
 function wholeNumber(name: string, min: number, max: number): (value: unknown) => void {

@@ -29,7 +29,7 @@ const markCache = new WeakMap<Mark, number>();
 /// depth was checked, or built by steps from such nodes).
 export function nodeStats(node: Node): NodeStats {
   if (node.isText) {
-    return { bytes: 26 + node.text!.length + marksBytes(node.marks), height: 0 };
+    return { bytes: 26 + jsonStringLength(node.text!) + marksBytes(node.marks), height: 0 };
   }
   const cached = statsCache.get(node);
   if (cached) return cached;
@@ -48,6 +48,23 @@ export function nodeStats(node: Node): NodeStats {
   const stats = { bytes, height };
   if (count > 8 || !node.isTextblock) statsCache.set(node, stats);
   return stats;
+}
+
+// Characters JSON escapes: control characters take six bytes (`\u0001`), quotes and
+// backslashes two. Text made of them would otherwise serialise to six times its estimate.
+const escaped = /[\u0000-\u001f"\\]/g;
+const anyEscaped = /[\u0000-\u001f"\\]/;
+
+/// The length of `text` inside a JSON string, escapes included (close enough: a control
+/// character is counted as six bytes, though \n and \t take two).
+function jsonStringLength(text: string): number {
+  if (!anyEscaped.test(text)) return text.length;
+  let extra = 0;
+  escaped.lastIndex = 0;
+  let match: RegExpExecArray | null;
+  while ((match = escaped.exec(text)) !== null)
+    extra += match[0] === '"' || match[0] === '\\' ? 1 : 5;
+  return text.length + extra;
 }
 
 function attrsBytes(attrs: Attrs): number {
