@@ -61,8 +61,11 @@ function stringOrNull(name: string): (value: unknown) => void {
 // `Node.check()` runs validators on every node it visits, and one mark is shared by every text
 // node it covers: bold-as-link over a whole document would scan the same long URL once per
 // text node. The last URL found safe is remembered; `===` on the same string is a pointer test.
-let lastSafeImage: string | null = null;
-let lastSafeLink: string | null = null;
+// Starts as a value no attribute can hold (JSON has no symbols): `null` would let a null href
+// through on the first check.
+const none = Symbol('none');
+let lastSafeImage: string | symbol = none;
+let lastSafeLink: string | symbol = none;
 
 function safeImageUrl(value: unknown): void {
   if (value === lastSafeImage) return;

@@ -120,6 +120,11 @@ describe('safe URLs', () => {
 
   it('is what the schema enforces on links and images', () => {
     assert.throws(() => schema.mark('link', { href: 'javascript:alert(1)' }));
+    // Before and after a safe URL was seen: the validators' memory never admits null.
+    assert.throws(() => schema.mark('link', { href: null }));
+    assert.ok(schema.mark('link', { href: 'https://a.example/x' }));
+    assert.throws(() => schema.mark('link', { href: null }));
+    assert.throws(() => schema.node('image', { src: null }));
     assert.throws(() => schema.node('image', { src: 'javascript:alert(1)' }));
     assert.throws(() => schema.node('heading', { level: 9 }));
     assert.throws(() =>
