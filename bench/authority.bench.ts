@@ -3,7 +3,7 @@
 import { EditorState } from 'prosemirror-state';
 import { createHistogram } from 'node:perf_hooks';
 import { schema, type StepJSON } from '../schema/index.js';
-import { Authority } from '../server/authority.js';
+import { Authority } from '../server/core/authority.js';
 
 function documentOfSize(bytes: number) {
   const paragraphs = [];

@@ -1,6 +1,6 @@
 import type { Socket } from 'socket.io-client';
 import type { StepJSON, StepsAnswer, SyncAnswer } from '../schema/index.js';
-import type { Config } from '../server/config.js';
+import type { Config } from '../server/app/config.js';
 import {
   ask,
   gateBytes,

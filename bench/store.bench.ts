@@ -6,9 +6,9 @@ import { Node } from 'prosemirror-model';
 import { Transform } from 'prosemirror-transform';
 import { createClient } from 'redis';
 import { schema, schemaVersion, type StepJSON } from '../schema/index.js';
-import { FileStore } from '../server/file_store.js';
-import { RedisStore } from '../server/redis_store.js';
-import type { AppendRequest, Store } from '../server/store.js';
+import { FileStore } from '../server/stores/file_store.js';
+import { RedisStore } from '../server/stores/redis_store.js';
+import type { AppendRequest, Store } from '../server/stores/store.js';
 
 // What a store adds to the path of an edit: append latency (sequential, and 50 documents
 // appending in one turn, the group-commit case), and snapshot write and load times by document

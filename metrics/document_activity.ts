@@ -1,5 +1,5 @@
 import { LatencyHistogram } from './histogram.js';
-import { rate } from './window.js';
+import { rate } from './rate.js';
 
 /// One document's entry in a window's "busiest documents" list.
 export interface TopDocument {

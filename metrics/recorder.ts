@@ -4,7 +4,8 @@ import { LatencyHistogram } from './histogram.js';
 import { WindowHistory } from './history.js';
 import { ProcessSampler } from './process_sampler.js';
 import { Totals } from './totals.js';
-import { rate, type MetricsWindow } from './window.js';
+import { rate } from './rate.js';
+import type { MetricsWindow } from './window.js';
 
 /// What the recorder needs from its surroundings, all optional.
 export interface MetricsHooks {

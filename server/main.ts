@@ -1,11 +1,11 @@
 import { writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pino } from 'pino';
-import { createScriptorium } from './app.js';
-import { ConfigError, loadConfig, type Config } from './config.js';
-import type { FileStore } from './file_store.js';
-import { MemoryStore } from './memory_store.js';
-import type { Store } from './store.js';
+import { createScriptorium } from './app/app.js';
+import { ConfigError, loadConfig, type Config } from './app/config.js';
+import type { FileStore } from './stores/file_store.js';
+import { MemoryStore } from './stores/memory_store.js';
+import type { Store } from './stores/store.js';
 
 // The entry point: the one place that reads the environment.
 let config: Readonly<Config>;
@@ -30,7 +30,7 @@ async function openStore(): Promise<Store> {
     return new MemoryStore();
   }
   if (config.redisUrl) {
-    const { RedisStore } = await import('./redis_store.js');
+    const { RedisStore } = await import('./stores/redis_store.js');
     const store = new RedisStore({
       url: config.redisUrl,
       commandTimeoutMs: config.storeTimeoutMs,
@@ -47,7 +47,7 @@ async function openStore(): Promise<Store> {
     log.info({ url: redact(config.redisUrl) }, 'store: redis');
     return store;
   }
-  const { FileStore } = await import('./file_store.js');
+  const { FileStore } = await import('./stores/file_store.js');
   const dir = resolve(config.dataDir);
   try {
     // Takes the directory's lock: a second server on it stops here, before it listens.

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, BrowserContextOptions, Page } from 'playwright-core';
 import { schemaVersion, type DocJSON } from '../../schema/index.js';
-import { MemoryStore } from '../../server/memory_store.js';
+import { MemoryStore } from '../../server/stores/memory_store.js';
 import { launchChromium } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 

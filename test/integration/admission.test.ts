@@ -4,7 +4,7 @@ import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
 import { WebSocket } from 'ws';
 import { emptyDoc, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
-import { TokenBucket } from '../../server/token_bucket.js';
+import { TokenBucket } from '../../server/protocol/token_bucket.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';

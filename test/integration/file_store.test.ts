@@ -3,7 +3,7 @@ import { appendFile, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/p
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { FileStore } from '../../server/file_store.js';
+import { FileStore } from '../../server/stores/file_store.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 
 const tempDirs: string[] = [];

@@ -19,7 +19,7 @@ import { noAdmissionEnv, readServed } from '../support/hostile.js';
 import { startServerProcess, type ServerProcess } from '../support/process.js';
 import { rawSocket } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';
-import { stepTypeNames } from '../../server/step_check.js';
+import { stepTypeNames } from '../../server/core/step_check.js';
 
 // Property-based fuzzing against a live server (a child process, so that a crash is a crash
 // and its RSS is its own): random JSON, valid steps made by real transactions on a replica,

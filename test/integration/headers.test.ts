@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import { emptyDoc, schemaVersion } from '../../schema/index.js';
-import { MemoryStore } from '../../server/memory_store.js';
+import { MemoryStore } from '../../server/stores/memory_store.js';
 import { startServer, type TestServer } from '../support/server.js';
 
 // Every kind of answer the server's HTTP side makes carries the same security headers: they

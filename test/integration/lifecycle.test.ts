@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { MemoryStore } from '../../server/memory_store.js';
+import { MemoryStore } from '../../server/stores/memory_store.js';
 import {
   StoreUnavailableError,
   type Snapshot,
   type SnapshotOutcome,
   type StoredDocument,
-} from '../../server/store.js';
+} from '../../server/stores/store.js';
 import { Random, editRandomly, openEditor } from '../support/editors.js';
 import { startServer } from '../support/server.js';
 import { waitFor } from '../support/wait.js';

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import { createMetricsRegistry, MetricsRecorder, type MetricsWindow } from '../../metrics/index.js';
-import { metricsRouter } from '../../server/metrics_http.js';
+import { metricsRouter } from '../../server/app/metrics_http.js';
 import { parsePrometheusText, sampleValue } from '../support/prometheus_text.js';
 
 const base = 1_700_000_000_000;

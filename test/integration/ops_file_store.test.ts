@@ -16,9 +16,9 @@ import {
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { DirectoryLockedError, lockFileName } from '../../server/directory_lock.js';
-import { FileStore } from '../../server/file_store.js';
-import { StoreUnavailableError } from '../../server/store.js';
+import { DirectoryLockedError, lockFileName } from '../../server/stores/directory_lock.js';
+import { FileStore } from '../../server/stores/file_store.js';
+import { StoreUnavailableError } from '../../server/stores/store.js';
 import { releaseReader, releaseWriter, wedge } from '../support/fifo.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 import { delay } from '../support/wait.js';

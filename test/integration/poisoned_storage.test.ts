@@ -7,10 +7,10 @@ import { after, before, describe, it } from 'node:test';
 import { Transform } from 'prosemirror-transform';
 import { createClient } from 'redis';
 import { emptyDoc, schema, schemaVersion, type StepJSON } from '../../schema/index.js';
-import { FileStore } from '../../server/file_store.js';
-import { docKeys } from '../../server/redis_keys.js';
-import { RedisStore } from '../../server/redis_store.js';
-import type { Store } from '../../server/store.js';
+import { FileStore } from '../../server/stores/file_store.js';
+import { docKeys } from '../../server/stores/redis_keys.js';
+import { RedisStore } from '../../server/stores/redis_store.js';
+import type { Store } from '../../server/stores/store.js';
 import {
   assertCoded,
   deepText,
@@ -276,7 +276,7 @@ async function writeControl(store: Store, docId: string): Promise<void> {
   assert.equal(outcome.ok, true);
 }
 
-/// The file store's paths for `docId`, as server/file_store.ts names them.
+/// The file store's paths for `docId`, as server/stores/file_store.ts names them.
 function filePaths(
   dataDir: string,
   docId: string,

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import { createClient } from 'redis';
-import { RedisStore } from '../../server/redis_store.js';
-import { StoreUnavailableError } from '../../server/store.js';
+import { RedisStore } from '../../server/stores/redis_store.js';
+import { StoreUnavailableError } from '../../server/stores/store.js';
 import { RedisProcess, freePort } from '../support/redis_process.js';
 import {
   appendOf,

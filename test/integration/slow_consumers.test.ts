@@ -98,6 +98,7 @@ describe('slow consumers', () => {
       STORE: 'memory',
       LOG_LEVEL: 'warn',
       MAX_DOC_BYTES: String(512 * 1024),
+      MAX_MESSAGE_BYTES: String(256 * 1024),
       MAX_SOCKET_BUFFER_BYTES: String(1024 * 1024),
       // Enough requests at once to fill the kernel's socket buffers (several MB each way on
       // loopback) and then the server's.

@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createClient } from 'redis';
-import { FileStore } from '../../server/file_store.js';
-import { MemoryStore } from '../../server/memory_store.js';
-import { RedisStore } from '../../server/redis_store.js';
-import type { Store } from '../../server/store.js';
+import { FileStore } from '../../server/stores/file_store.js';
+import { MemoryStore } from '../../server/stores/memory_store.js';
+import { RedisStore } from '../../server/stores/redis_store.js';
+import type { Store } from '../../server/stores/store.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 
 // One suite, run against every Store implementation: the server relies on these rules and must

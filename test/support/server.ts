@@ -1,9 +1,9 @@
 import { pino } from 'pino';
 import { MetricsRecorder } from '../../metrics/index.js';
-import { createScriptorium, type Scriptorium } from '../../server/app.js';
-import { loadConfig, type Config } from '../../server/config.js';
-import { MemoryStore } from '../../server/memory_store.js';
-import type { Store } from '../../server/store.js';
+import { createScriptorium, type Scriptorium } from '../../server/app/app.js';
+import { loadConfig, type Config } from '../../server/app/config.js';
+import { MemoryStore } from '../../server/stores/memory_store.js';
+import type { Store } from '../../server/stores/store.js';
 
 /// A real server on 127.0.0.1 and a free port, for integration tests.
 export interface TestServer {

@@ -17,7 +17,16 @@ export function rawSocket(
   });
 }
 
-/// Emits `event` with `args` and resolves with the acknowledgement.
+/// Emits `event` with `args` and resolves with the acknowledgement. Rejects, naming the event,
+/// when none comes within `askTimeoutMs` (the socket was closed, or the server never answered),
+/// so that a test fails instead of hanging.
 export function ask<T>(socket: Socket, event: string, ...args: unknown[]): Promise<T> {
-  return new Promise((resolve) => socket.emit(event, ...args, resolve));
+  return new Promise((resolve, reject) =>
+    socket.timeout(askTimeoutMs).emit(event, ...args, (error: Error | null, answer: T) => {
+      if (error) reject(new Error(`no answer to '${event}' within ${askTimeoutMs} ms`));
+      else resolve(answer);
+    }),
+  );
 }
+
+const askTimeoutMs = 15_000;

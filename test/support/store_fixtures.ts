@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { Node } from 'prosemirror-model';
 import { Step, Transform } from 'prosemirror-transform';
 import { emptyDoc, schema, schemaVersion, type StepJSON } from '../../schema/index.js';
-import type { AppendRequest, Snapshot, StoredDocument } from '../../server/store.js';
+import type { AppendRequest, Snapshot, StoredDocument } from '../../server/stores/store.js';
 
 /// A typed history: `docs[v]` is the document at version `v`, `steps[v]` the step from `v` to
 /// `v + 1` (typing one character at the end of the last paragraph, a new paragraph every 20).

@@ -2,7 +2,12 @@ import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { SignJWT } from 'jose';
-import { createTokenVerifier, parseDuration, scopeAllows, signToken } from '../../server/auth.js';
+import {
+  createTokenVerifier,
+  parseDuration,
+  scopeAllows,
+  signToken,
+} from '../../server/protocol/auth.js';
 
 const secret = 'a test secret that is long enough for HS256';
 

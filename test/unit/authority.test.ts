@@ -6,7 +6,7 @@ import { AttrStep, Step } from 'prosemirror-transform';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
 import { emptyDoc, schema, type StepJSON } from '../../schema/index.js';
-import { Authority } from '../../server/authority.js';
+import { Authority } from '../../server/core/authority.js';
 
 // prosemirror-collab's rule: only batches at the current version are accepted.
 const strict = {

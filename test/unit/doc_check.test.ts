@@ -6,7 +6,7 @@ import { AttrStep } from 'prosemirror-transform';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
 import { emptyDoc, schema } from '../../schema/index.js';
-import { checkChanged } from '../../server/doc_check.js';
+import { checkChanged } from '../../server/core/doc_check.js';
 
 function throws(fn: () => void): boolean {
   try {

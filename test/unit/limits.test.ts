@@ -11,10 +11,10 @@ import {
   schema,
   type StepJSON,
 } from '../../schema/index.js';
-import { Authority } from '../../server/authority.js';
-import { checkChanged, nodeStats } from '../../server/doc_check.js';
-import { measureJson, unlimitedJson } from '../../server/json_limits.js';
-import { stepProblem } from '../../server/step_check.js';
+import { Authority } from '../../server/core/authority.js';
+import { checkChanged, nodeStats } from '../../server/core/doc_check.js';
+import { measureJson, unlimitedJson } from '../../server/core/json_limits.js';
+import { stepProblem } from '../../server/core/step_check.js';
 
 const limits = {
   maxHistorySteps: 10_000,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { originAllowed, parseOrigins } from '../../server/origins.js';
+import { originAllowed, parseOrigins } from '../../server/protocol/origins.js';
 
 describe('origins', () => {
   it('admits the server’s own origin and clients without one by default', () => {

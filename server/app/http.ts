@@ -1,8 +1,8 @@
 import express, { type Express, type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
-import { docIdPattern, errorBody, type ErrorCode } from '../schema/index.js';
-import { loadFailureCode } from './guard.js';
-import type { Rooms } from './rooms.js';
+import { docIdPattern, errorBody, type ErrorCode } from '../../schema/index.js';
+import { loadFailureCode } from '../protocol/guard.js';
+import type { Rooms } from '../core/rooms.js';
 
 /// What the HTTP routes need to know about the server around them.
 export interface HttpContext {

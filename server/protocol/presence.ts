@@ -2,9 +2,9 @@ import {
   presenceColorPattern,
   presenceNameMaxLength,
   type PresenceBroadcast,
-} from '../schema/index.js';
+} from '../../schema/index.js';
 import type { Logger } from 'pino';
-import type { ScriptoriumServer, ScriptoriumSocket } from './connection.js';
+import type { ScriptoriumServer, ScriptoriumSocket } from './socket.js';
 import { guarded } from './guard.js';
 
 /// Shortest time between two presence relays of one socket: at most 20 a second.

@@ -2,16 +2,17 @@ import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { Server } from 'socket.io';
-import { createMetricsRegistry, MetricsRecorder } from '../metrics/index.js';
+import { createMetricsRegistry, MetricsRecorder } from '../../metrics/index.js';
 import type { Config } from './config.js';
-import { Admission } from './admission.js';
-import { attachProtocol, type ScriptoriumServer } from './connection.js';
+import { Admission } from '../protocol/admission.js';
+import { attachProtocol } from '../protocol/connection.js';
+import type { ScriptoriumServer } from '../protocol/socket.js';
 import { createHttpApp, finishHttpApp } from './http.js';
 import { metricsRouter } from './metrics_http.js';
-import type { RoomTransport } from './room.js';
-import { registerRoomMetrics } from './room_metrics.js';
-import { Rooms } from './rooms.js';
-import type { Store } from './store.js';
+import type { RoomTransport } from '../core/room.js';
+import { registerRoomMetrics } from '../core/room_metrics.js';
+import { Rooms } from '../core/rooms.js';
+import type { Store } from '../stores/store.js';
 import { createWebRouter } from './web.js';
 
 /// A running Scriptorium server: HTTP and Socket.io on one port.

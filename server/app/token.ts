@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { parseDuration, signToken } from './auth.js';
+import { parseDuration, signToken } from '../protocol/auth.js';
 
 // `npm run token -- --doc ID --access write --ttl 1h [--user NAME]`: prints a token signed with
 // AUTH_SECRET, for trying the server out and for scripts. An entry point: it reads the

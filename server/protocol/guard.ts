@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
-import { errorBody, type ErrorCode } from '../schema/index.js';
-import type { ScriptoriumSocket } from './connection.js';
-import { measureJson, type JsonLimits } from './json_limits.js';
-import { CorruptDocumentError, CreationRateError, TooManyDocumentsError } from './rooms.js';
-import { StoreUnavailableError } from './store.js';
+import { errorBody, type ErrorCode } from '../../schema/index.js';
+import type { ScriptoriumSocket } from './socket.js';
+import { measureJson, type JsonLimits } from '../core/json_limits.js';
+import { CorruptDocumentError, CreationRateError, TooManyDocumentsError } from '../core/rooms.js';
+import { StoreUnavailableError } from '../stores/store.js';
 
 // What stands between a socket's raw messages and the protocol handlers: a gate that bounds
 // every payload before any handler looks at it, and a guard that keeps a handler's throw from

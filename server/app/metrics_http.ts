@@ -1,5 +1,5 @@
 import { Router, type Request, type Response } from 'express';
-import type { MetricsRecorder, Registry } from '../metrics/index.js';
+import type { MetricsRecorder, Registry } from '../../metrics/index.js';
 import { sendError } from './http.js';
 
 /// Windows returned by `GET /metrics/windows` when `last` is not given: five minutes.

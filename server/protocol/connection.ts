@@ -1,41 +1,24 @@
 import type { Logger } from 'pino';
-import type { Server, Socket } from 'socket.io';
 import {
   clientIdPattern,
   docIdPattern,
   errorBody,
-  type ClientToServerEvents,
   type ErrorAnswer,
   type ErrorCode,
-  type ServerToClientEvents,
   type StepsAnswer,
   type SyncAnswer,
   type SyncRequest,
-} from '../schema/index.js';
+} from '../../schema/index.js';
 import type { Admission } from './admission.js';
 import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
 import { dropIfSlow, watchSlowConsumers } from './outbound.js';
-import { CreationRateError } from './rooms.js';
+import { CreationRateError } from '../core/rooms.js';
 import { TokenBucket } from './token_bucket.js';
-import type { JsonLimits } from './json_limits.js';
+import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
-import type { BatchObserver, Room } from './room.js';
-import type { Rooms } from './rooms.js';
-
-/// What the server keeps on each socket.
-export interface SocketData {
-  docId: string;
-  clientID: string;
-  readOnly: boolean;
-  room: Room | null;
-  /// The client's address (see `Admission.address`), counted while the socket is connected.
-  address: string;
-  /// `steps` batches, and `join` + `pull` requests, this socket may still send.
-  batches: TokenBucket;
-  pulls: TokenBucket;
-  /// Malformed messages received so far (`maxProtocolErrors` closes the socket).
-  protocolErrors: number;
-}
+import type { ScriptoriumServer, ScriptoriumSocket, SocketData } from './socket.js';
+import type { BatchObserver, Room } from '../core/room.js';
+import type { Rooms } from '../core/rooms.js';
 
 /// What `attachProtocol` enforces per socket, from the server configuration.
 export interface ProtocolOptions {
@@ -49,20 +32,6 @@ export interface ProtocolOptions {
   maxProtocolErrors: number;
   maxSocketBufferBytes: number;
 }
-
-export type ScriptoriumServer = Server<
-  ClientToServerEvents,
-  ServerToClientEvents,
-  Record<string, never>,
-  SocketData
->;
-/// A socket of a `ScriptoriumServer`.
-export type ScriptoriumSocket = Socket<
-  ClientToServerEvents,
-  ServerToClientEvents,
-  Record<string, never>,
-  SocketData
->;
 
 /// An error for `next()` in the handshake middleware: Socket.io sends `message` and `data` to
 /// the client as its `connect_error`.

@@ -1,6 +1,6 @@
 import type { Node } from 'prosemirror-model';
 import { AttrStep, DocAttrStep, Step, type StepMap } from 'prosemirror-transform';
-import { schema, StepRebaser, type StepJSON } from '../schema/index.js';
+import { schema, StepRebaser, type StepJSON } from '../../schema/index.js';
 import { checkChanged, nodeStats } from './doc_check.js';
 import { measureJson, unlimitedJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';

@@ -1,4 +1,4 @@
-import type { ScriptoriumServer, ScriptoriumSocket } from './connection.js';
+import type { ScriptoriumServer, ScriptoriumSocket } from './socket.js';
 
 // Socket.io has no per-socket count of bytes waiting to go out, and a reader that never reads
 // makes them pile up in this process: every broadcast is queued for it. Two places hold them:

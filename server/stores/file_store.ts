@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, unlinkSync } from 'node:fs';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { docIdPattern } from '../schema/index.js';
+import { docIdPattern } from '../../schema/index.js';
 import { DirectoryLock } from './directory_lock.js';
 import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
 import {

@@ -2,13 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { Node } from 'prosemirror-model';
 import { Step } from 'prosemirror-transform';
 import type { Logger } from 'pino';
-import { emptyDoc, schema, schemaVersion, type StepJSON } from '../schema/index.js';
+import { emptyDoc, schema, schemaVersion, type StepJSON } from '../../schema/index.js';
 import { Authority, type AuthorityLimits } from './authority.js';
 import { Room, type BatchObserver, type RoomOptions, type RoomTransport } from './room.js';
 import { nodeStats } from './doc_check.js';
 import { measureJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';
-import { StoreUnavailableError, type Store, type StoredDocument } from './store.js';
+import { StoreUnavailableError, type Store, type StoredDocument } from '../stores/store.js';
 
 /// Settings of the registry and the rooms it makes.
 export interface RoomsOptions extends RoomOptions, AuthorityLimits {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import express, { type Response, type Router } from 'express';
-import { docIdPattern, errors } from '../schema/index.js';
+import { docIdPattern, errors } from '../../schema/index.js';
 
 /// Options of `createWebRouter`.
 export interface WebRouterOptions {
@@ -11,7 +11,7 @@ export interface WebRouterOptions {
   bundleDir?: string;
 }
 
-const defaultBundleDir = fileURLToPath(new URL('../web-bundle/', import.meta.url));
+const defaultBundleDir = fileURLToPath(new URL('../../web-bundle/', import.meta.url));
 
 /// The browser editor's routes: `GET /` makes a new random document id and redirects (302) to
 /// `/d/<id>`; `GET /d/:id` serves the editor page, which opens that document (400 with an error

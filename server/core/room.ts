@@ -10,9 +10,9 @@ import {
   type StepsBroadcast,
   type SyncAnswer,
   type SyncRequest,
-} from '../schema/index.js';
+} from '../../schema/index.js';
 import type { Authority } from './authority.js';
-import type { Store } from './store.js';
+import type { Store } from '../stores/store.js';
 
 /// What a room needs from the transport: one broadcast per flush to every socket of the
 /// document, and a way to send everyone away when the room's copy can no longer be trusted.
