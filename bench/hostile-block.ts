@@ -3,7 +3,7 @@ import { writeFile } from 'node:fs/promises';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { parseEnvPairs, startServerProcess } from '../client-sim/server_process.js';
-import { loadConfig, type Config } from '../server/app/config.js';
+import { loadConfig, type Config } from '../server/config.js';
 import { allCases, growDocs, sleep, type Case, type CaseContext } from './hostile_cases.js';
 import type { ProbeReading } from './loop_probe.js';
 import { median } from './measured_run.js';

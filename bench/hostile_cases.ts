@@ -1,6 +1,6 @@
 import type { Socket } from 'socket.io-client';
 import type { StepJSON, StepsAnswer, SyncAnswer } from '../schema/index.js';
-import type { Config } from '../server/app/config.js';
+import type { Config } from '../server/config.js';
 import {
   ask,
   gateBytes,
@@ -352,16 +352,24 @@ export function allCases(): Case[] {
     {
       name: 'pull-30',
       needs: ['n'],
-      what: 'N: 30 pulls of the whole document sent at once on one socket',
+      what: 'N: 30 pulls of the whole document sent at once on one socket of their own (one that never reads is dropped as a slow consumer past maxSocketBufferBytes)',
       prepare: async (ctx) => {
-        await ask<SyncAnswer>(ctx.docs.n!.socket, 'pull', {});
+        // A socket of its own: the server may drop it, and the later cases need N's.
+        const socket = await openSocket(ctx.url, docId(ctx, 'n'), 'mallory-pulls');
+        ctx.sockets.push(socket);
+        await ask<SyncAnswer>(socket, 'join', {});
       },
       run: async (ctx) => {
-        const socket = ctx.docs.n!.socket;
-        const answers = await Promise.all(
+        const socket = ctx.sockets.pop()!;
+        const answers = await Promise.allSettled(
           Array.from({ length: 30 }, () => ask<SyncAnswer>(socket, 'pull', {})),
         );
-        return distinct(answers.map(outcomeOf));
+        socket.close();
+        return distinct(
+          answers.map((answer) =>
+            answer.status === 'fulfilled' ? outcomeOf(answer.value) : 'dropped',
+          ),
+        );
       },
     },
     {

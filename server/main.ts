@@ -2,7 +2,7 @@ import { writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pino } from 'pino';
 import { createScriptorium } from './app/app.js';
-import { ConfigError, loadConfig, type Config } from './app/config.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
 import type { FileStore } from './stores/file_store.js';
 import { MemoryStore } from './stores/memory_store.js';
 import type { Store } from './stores/store.js';

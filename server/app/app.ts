@@ -3,15 +3,13 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { Server } from 'socket.io';
 import { createMetricsRegistry, MetricsRecorder } from '../../metrics/index.js';
-import type { Config } from './config.js';
-import { Admission } from '../protocol/admission.js';
-import { attachProtocol } from '../protocol/connection.js';
+import type { Config } from '../config.js';
 import type { ScriptoriumServer } from '../protocol/socket.js';
 import { createHttpApp, finishHttpApp } from './http.js';
 import { metricsRouter } from './metrics_http.js';
-import type { RoomTransport } from '../core/room.js';
 import { registerRoomMetrics } from '../core/room_metrics.js';
-import { Rooms } from '../core/rooms.js';
+import type { Rooms } from '../core/rooms.js';
+import { createCollab, type Collab } from '../collab.js';
 import type { Store } from '../stores/store.js';
 import { createWebRouter } from './web.js';
 
@@ -19,6 +17,8 @@ import { createWebRouter } from './web.js';
 export interface Scriptorium {
   readonly http: HttpServer;
   readonly io: ScriptoriumServer;
+  /// The embedded authority (what a host app would make with `createCollab`).
+  readonly collab: Collab;
   readonly rooms: Rooms;
   readonly metrics: MetricsRecorder;
   /// Starts listening; resolves with the bound port (useful with port 0).
@@ -29,78 +29,52 @@ export interface Scriptorium {
   close(): Promise<boolean>;
 }
 
-/// Builds the server from a validated configuration and its dependencies. Nothing listens
-/// until `listen()`. `metrics` may be injected (tests with a fake clock); by default one is
-/// made from the configuration.
+/// Builds the server from a validated configuration and its dependencies: an express app
+/// (health, `GET /docs/:id`, metrics, dashboard, the web editor) and Socket.io on one port,
+/// with the protocol from `createCollab`. Nothing listens until `listen()`. `metrics` may be
+/// injected (tests with a fake clock); by default one is made from the configuration.
 export function createScriptorium(
   config: Readonly<Config>,
   deps: { store: Store; log: Logger; metrics?: MetricsRecorder },
 ): Scriptorium {
   const { store, log } = deps;
+  // Everything but the process's own settings is a limit of the collab.
+  const {
+    port,
+    host,
+    redisUrl,
+    dataDir,
+    store: storeSetting,
+    logLevel,
+    metricsEnabled,
+    ...limits
+  } = config;
   const metrics: MetricsRecorder =
     deps.metrics ??
     new MetricsRecorder(
-      { enabled: config.metricsEnabled },
-      { editors: (): number => io.engine.clientsCount, documents: (): number => rooms.size },
+      { enabled: metricsEnabled },
+      { editors: (): number => collab.editors, documents: (): number => collab.rooms.size },
     );
-  // The observer is left out entirely when metrics are off, so the hot path skips the call.
-  const observer = metrics.config.enabled ? metrics : null;
-  let draining = false;
-  const isDraining = () => draining;
-
-  let io!: ScriptoriumServer;
-  const transport: RoomTransport = {
-    broadcast(docId, message) {
-      io.to(docId).emit('steps', message);
-    },
-    evict(docId, code, message) {
-      io.to(docId).emit('closing', { code, message, retryAfterMs: 0 });
-      io.in(docId).disconnectSockets(true);
-    },
-  };
-  const rooms: Rooms = new Rooms({
+  const collab = createCollab({
     store,
-    transport,
-    observer,
-    log,
-    options: config,
+    logger: log,
+    metrics,
+    limits,
   });
   const app = createHttpApp({
-    rooms,
+    rooms: collab.rooms,
     storeKind: store.kind,
-    draining: isDraining,
-    sockets: () => io.engine.clientsCount,
+    draining: () => collab.draining,
+    sockets: () => collab.editors,
   });
   const registry = createMetricsRegistry(metrics);
-  registerRoomMetrics(registry, rooms);
+  registerRoomMetrics(registry, collab.rooms);
   app.use(metricsRouter(metrics, registry));
   app.use(createWebRouter());
   finishHttpApp(app);
   const http = createServer(app);
-  io = new Server(http, {
-    // The engine's hard cap closes the connection; below it, the payload gate answers a
-    // message over `maxMessageBytes` with a code (its size is measured after parsing, so the
-    // cap leaves room for JSON escapes).
-    maxHttpBufferSize: 2 * config.maxMessageBytes,
-    // Steps are small and latency-bound; compressing them costs more than it saves.
-    perMessageDeflate: false,
-    httpCompression: false,
-    cors: { origin: true },
-  });
-  const stopProtocol = attachProtocol(io, rooms, log, isDraining, observer, {
-    json: {
-      maxDepth: config.maxJsonDepth,
-      maxBytes: config.maxMessageBytes,
-      maxStringBytes: config.maxAttributeBytes,
-    },
-    admission: new Admission(config),
-    batchesPerSecond: config.batchesPerSecond,
-    batchesBurst: config.batchesBurst,
-    pullsPerSecond: config.pullsPerSecond,
-    pullsBurst: config.pullsBurst,
-    maxProtocolErrors: config.maxProtocolErrors,
-    maxSocketBufferBytes: config.maxSocketBufferBytes,
-  });
+  const io: ScriptoriumServer = new Server(http, collab.socketOptions);
+  collab.attach(io);
   // One line per window, in the units of /metrics/windows. A throwing logger must not break
   // the window timer.
   metrics.onWindow((window) => {
@@ -115,14 +89,14 @@ export function createScriptorium(
   return {
     http,
     io,
-    rooms,
+    collab,
+    rooms: collab.rooms,
     metrics,
     listen() {
       return new Promise((resolve, reject) => {
         http.once('error', reject);
         http.listen(config.port, config.host, () => {
           http.off('error', reject);
-          metrics.start();
           resolve((http.address() as AddressInfo).port);
         });
       });
@@ -134,49 +108,16 @@ export function createScriptorium(
   };
 
   async function shutdown(): Promise<boolean> {
-    // One budget for everything below: a wedged document (a hung disk, a store that does not
-    // answer) must not hold the process past it, at any step.
-    const deadline = performance.now() + config.shutdownTimeoutMs;
-    const inTime = <T>(promise: Promise<T>, late: T): Promise<T> => {
-      let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<T>((resolve) => {
-        timer = setTimeout(() => resolve(late), Math.max(0, deadline - performance.now()));
-      });
-      return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-    };
-    draining = true;
-    // No new connections from here on; sockets already open stay until they are told to go.
+    // No new connections from here on; sockets already open stay until the collab sends
+    // them away, after saving.
     http.close();
-    log.info('shutting down: finishing in-flight batches and writing snapshots');
-    const saved = await inTime(
-      rooms.flushAll().then((failed) => failed === 0),
-      false,
-    );
-    if (!saved) log.warn('shutdown: not every document could be saved in time');
-    io.emit('closing', {
-      code: 'shutting-down',
-      message: 'The server is restarting: reconnect in a moment',
-      retryAfterMs: 1000,
-    });
-    stopProtocol();
-    io.disconnectSockets(true);
-    rooms.closeAll();
-    metrics.stop();
-    const closed = await inTime(
-      Promise.all([
-        new Promise<void>((resolve) => io.close(() => resolve())),
-        store.close().then(
-          () => true,
-          (err: unknown) => {
-            log.warn({ err }, 'store close failed');
-            return false;
-          },
-        ),
-      ]).then(([, storeClosed]) => storeClosed),
-      false,
-    );
-    // A store that could not close may still have writes running: not everything is saved.
-    if (!closed) log.warn('shutdown: the store did not close cleanly in time');
-    return saved && closed;
+    const saved = await collab.close();
+    // The engine's own sockets (handshakes in progress, other namespaces): bounded by the
+    // same timeout as the rest, which `collab.close` has mostly used.
+    await Promise.race([
+      new Promise<void>((resolve) => io.close(() => resolve())),
+      new Promise<void>((resolve) => setTimeout(resolve, 1000).unref()),
+    ]);
+    return saved;
   }
 }

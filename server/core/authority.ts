@@ -1,6 +1,6 @@
 import type { Node } from 'prosemirror-model';
 import { AttrStep, DocAttrStep, Step, type StepMap } from 'prosemirror-transform';
-import { schema, StepRebaser, type StepJSON } from '../../schema/index.js';
+import { StepRebaser, type StepJSON } from '../../schema/index.js';
 import { checkChanged, nodeStats } from './doc_check.js';
 import { measureJson, unlimitedJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';
@@ -140,7 +140,8 @@ export class Authority {
     for (let i = 0; i < stepsJSON.length; i++) {
       let step: Step;
       try {
-        step = Step.fromJSON(schema, stepsJSON[i]);
+        // Steps are read against the document's own schema: the host's, not necessarily ours.
+        step = Step.fromJSON(this.doc.type.schema, stepsJSON[i]);
       } catch (err) {
         return this.invalid(i, (err as Error).message);
       }

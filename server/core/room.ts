@@ -2,7 +2,6 @@ import type { Node } from 'prosemirror-model';
 import type { Logger } from 'pino';
 import {
   errorBody,
-  schemaVersion,
   type DocJSON,
   type ErrorCode,
   type StepJSON,
@@ -36,16 +35,42 @@ export interface BatchObserver {
   ): void;
 }
 
+/// A batch made durable, broadcast and acknowledged: what `RoomHooks.accepted` receives.
+export interface AcceptedBatch {
+  docId: string;
+  /// The version after the batch.
+  version: number;
+  /// The steps as they were applied (rebased when the server rebased them).
+  steps: readonly StepJSON[];
+  clientID: string;
+  /// Who sent it, as the host's `authenticate` named them; null in open mode.
+  user: string | null;
+}
+
+/// Called by the rooms when documents come and go and batches are accepted. Each is the
+/// host's code behind a wrapper that catches what it throws: a room never sees a throw.
+export interface RoomHooks {
+  /// Awaited after a document is loaded (or made) and before anyone is served from it;
+  /// rejecting refuses the load with the error's code (`CodedError`) or `internal`.
+  loaded?(room: Room): Promise<void>;
+  accepted?(batch: AcceptedBatch): void;
+  /// After a document was saved and dropped from memory.
+  unloaded?(room: Room): void;
+}
+
 /// Room settings taken from the server configuration.
 export interface RoomOptions {
   snapshotEverySteps: number;
   snapshotEveryMs: number;
+  /// Written into every snapshot: the version of the schema its document was made with.
+  schemaVersion: number;
 }
 
 /// A batch accepted by the authority and waiting to be journaled, acknowledged and broadcast.
 interface PendingBatch {
   ack: (answer: StepsAnswer) => void;
   clientID: string;
+  user: string | null;
   steps: StepJSON[];
   version: number;
   doc: Node;
@@ -83,6 +108,7 @@ export class Room {
   private readonly store: Store;
   private readonly transport: RoomTransport;
   private readonly observer: BatchObserver | null;
+  private readonly hooks: RoomHooks;
   private readonly log: Logger;
   private readonly options: RoomOptions;
   private readonly now: () => number;
@@ -109,6 +135,7 @@ export class Room {
       observer: BatchObserver | null;
       log: Logger;
       options: RoomOptions;
+      hooks?: RoomHooks;
       now?: () => number;
     },
   ) {
@@ -121,6 +148,7 @@ export class Room {
     this.store = deps.store;
     this.transport = deps.transport;
     this.observer = deps.observer;
+    this.hooks = deps.hooks ?? {};
     this.log = deps.log;
     this.options = deps.options;
     this.now = deps.now ?? Date.now;
@@ -153,6 +181,12 @@ export class Room {
     };
   }
 
+  /// The newest document and its version, including steps applied but not yet durable: what
+  /// the server's own edits are made against, so that they never need rebasing.
+  current(): { doc: Node; version: number } {
+    return { doc: this.authority.doc, version: this.authority.version };
+  }
+
   /// The published document as JSON, serialised once per version.
   publishedJSON(): DocJSON {
     if (this.docJSONVersion !== this.publishedVersion || this.docJSON === null) {
@@ -163,13 +197,15 @@ export class Room {
   }
 
   /// Handles a `steps` message. The answer goes through `ack`: after the broadcast that carries
-  /// the steps when they are accepted, at once when they are refused.
+  /// the steps when they are accepted, at once when they are refused. `user` is who sent it
+  /// (for `RoomHooks.accepted`), null when nobody authenticated.
   receive(
     version: number,
     steps: readonly unknown[],
     clientID: string,
     ack: (answer: StepsAnswer) => void,
     received: number,
+    user: string | null = null,
   ): void {
     if (this.state !== 'open') {
       this.refuse(ack, 'unavailable', undefined, this.publishedVersion, received, steps.length);
@@ -183,6 +219,7 @@ export class Room {
     this.pending.push({
       ack,
       clientID,
+      user,
       steps: outcome.steps,
       version: outcome.version,
       doc: outcome.doc,
@@ -233,7 +270,7 @@ export class Room {
         doc,
         version,
         epoch: this.epoch,
-        schemaVersion,
+        schemaVersion: this.options.schemaVersion,
         savedAt: Date.now(),
       })
       .then(
@@ -362,6 +399,18 @@ export class Room {
           persisted,
           performance.now(),
         );
+      }
+    }
+    if (this.hooks.accepted) {
+      for (let i = 0; i < group.length; i++) {
+        const batch = group[i]!;
+        this.hooks.accepted({
+          docId: this.docId,
+          version: batch.version,
+          steps: batch.steps,
+          clientID: batch.clientID,
+          user: batch.user,
+        });
       }
     }
     this.flushing = false;

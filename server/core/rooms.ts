@@ -1,10 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import { Node } from 'prosemirror-model';
+import { Node, type Schema } from 'prosemirror-model';
 import { Step } from 'prosemirror-transform';
 import type { Logger } from 'pino';
-import { emptyDoc, schema, schemaVersion, type StepJSON } from '../../schema/index.js';
+import type { ErrorCode, StepJSON } from '../../schema/index.js';
 import { Authority, type AuthorityLimits } from './authority.js';
-import { Room, type BatchObserver, type RoomOptions, type RoomTransport } from './room.js';
+import {
+  Room,
+  type BatchObserver,
+  type RoomHooks,
+  type RoomOptions,
+  type RoomTransport,
+} from './room.js';
 import { nodeStats } from './doc_check.js';
 import { measureJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';
@@ -17,6 +23,17 @@ export interface RoomsOptions extends RoomOptions, AuthorityLimits {
   maxLoadedDocuments: number;
   /// Nesting allowed in stored JSON, checked before it is parsed into a document.
   maxJsonDepth: number;
+}
+
+/// An error that carries the code its refusal is answered with: what a host's hook throws to
+/// refuse something (`forbidden`, say) becomes one.
+export class CodedError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message?: string, options?: { cause?: unknown }) {
+    super(message ?? code, options);
+    this.name = 'CodedError';
+    this.code = code;
+  }
 }
 
 /// Thrown when a stored document cannot be turned back into a document: a snapshot written by
@@ -79,22 +96,29 @@ export class Rooms {
   /// Rooms closed because serving them threw, since start.
   roomFailures = 0;
   private readonly store: Store;
+  private readonly schema: Schema;
   private readonly transport: RoomTransport;
   private readonly observer: BatchObserver | null;
+  private readonly hooks: RoomHooks;
   private readonly log: Logger;
   private readonly options: RoomsOptions;
   private closing = false;
 
   constructor(deps: {
     store: Store;
+    /// Every document is made and checked with it; snapshots carry `options.schemaVersion`.
+    schema: Schema;
     transport: RoomTransport;
     observer: BatchObserver | null;
     log: Logger;
     options: RoomsOptions;
+    hooks?: RoomHooks;
   }) {
     this.store = deps.store;
+    this.schema = deps.schema;
     this.transport = deps.transport;
     this.observer = deps.observer;
+    this.hooks = deps.hooks ?? {};
     this.log = deps.log;
     this.options = deps.options;
   }
@@ -183,8 +207,12 @@ export class Rooms {
   closeAll(): void {
     for (const timer of this.unloadTimers.values()) clearTimeout(timer);
     this.unloadTimers.clear();
-    for (const room of this.rooms.values()) room.close();
+    const closed = [...this.rooms.values()];
     this.rooms.clear();
+    for (const room of closed) {
+      room.close();
+      this.hooks.unloaded?.(room);
+    }
   }
 
   private async load(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
@@ -211,10 +239,24 @@ export class Rooms {
     } else if (create) {
       const wait = typeof create === 'function' ? create() : 0;
       if (wait > 0) throw new CreationRateError(wait);
-      const authority = new Authority(emptyDoc(), 0, this.options);
+      const authority = new Authority(this.emptyDoc(), 0, this.options);
       room = this.makeRoom(docId, randomUUID(), authority, 0);
     } else {
       return null;
+    }
+    if (this.hooks.loaded) {
+      try {
+        await this.hooks.loaded(room);
+      } catch (err) {
+        room.close();
+        throw err;
+      }
+      // Another load cannot have finished meanwhile (loads of one document are one promise),
+      // but the registry may have been closed.
+      if (this.closing) {
+        room.close();
+        throw new StoreUnavailableError('shutting down');
+      }
     }
     this.rooms.set(docId, room);
     this.log.debug({ doc: docId, version: room.publishedVersion }, 'document loaded');
@@ -278,6 +320,13 @@ export class Rooms {
     return error;
   }
 
+  /// A new document: the schema's smallest valid one (one empty paragraph in ours).
+  private emptyDoc(): Node {
+    const doc = this.schema.topNodeType.createAndFill();
+    if (!doc) throw new TypeError('the schema cannot make an empty document');
+    return doc;
+  }
+
   private restore(docId: string, stored: StoredDocument): Room {
     const snapshot = stored.snapshot;
     let doc: Node;
@@ -292,21 +341,21 @@ export class Rooms {
     if (snapshot) {
       const measured = measureJson(snapshot.doc, jsonLimits);
       if (!measured.ok) throw new CorruptDocumentError(docId, `snapshot: ${measured.message}`);
-      if (snapshot.schemaVersion > schemaVersion) {
+      if (snapshot.schemaVersion > this.options.schemaVersion) {
         throw new CorruptDocumentError(
           docId,
-          `snapshot written with schema version ${snapshot.schemaVersion}, this server has ${schemaVersion}`,
+          `snapshot written with schema version ${snapshot.schemaVersion}, this server has ${this.options.schemaVersion}`,
         );
       }
       try {
-        doc = Node.fromJSON(schema, snapshot.doc);
+        doc = Node.fromJSON(this.schema, snapshot.doc);
         doc.check();
       } catch (err) {
         throw new CorruptDocumentError(docId, `snapshot: ${(err as Error).message}`);
       }
       version = snapshot.version;
     } else {
-      doc = emptyDoc();
+      doc = this.emptyDoc();
     }
     const authority = new Authority(doc, version, this.options);
     for (const entry of stored.journal) {
@@ -332,7 +381,7 @@ export class Rooms {
         }
         let result;
         try {
-          steps[i] = Step.fromJSON(schema, stepsJSON[i]);
+          steps[i] = Step.fromJSON(this.schema, stepsJSON[i]);
           // Journals written before the step checks can hold steps they refuse: 40 replaces
           // with from > to, each doubling the document, hold the loop for seconds and take
           // gigabytes before anything else notices.
@@ -385,6 +434,7 @@ export class Rooms {
       observer: this.observer,
       log: this.log,
       options: this.options,
+      hooks: this.hooks,
     });
     room.onClose = (closed) => {
       if (closed.failed) this.roomFailures++;
@@ -422,5 +472,6 @@ export class Rooms {
     this.rooms.delete(room.docId);
     room.close();
     this.log.debug({ doc: room.docId, version: room.publishedVersion }, 'document unloaded');
+    this.hooks.unloaded?.(room);
   }
 }

@@ -16,7 +16,13 @@ import { CreationRateError } from '../core/rooms.js';
 import { TokenBucket } from './token_bucket.js';
 import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
-import type { ScriptoriumServer, ScriptoriumSocket, SocketData } from './socket.js';
+import type {
+  Authenticate,
+  Identity,
+  ScriptoriumNamespace,
+  ScriptoriumSocket,
+  SocketData,
+} from './socket.js';
 import type { BatchObserver, Room } from '../core/room.js';
 import type { Rooms } from '../core/rooms.js';
 
@@ -31,6 +37,8 @@ export interface ProtocolOptions {
   pullsBurst: number;
   maxProtocolErrors: number;
   maxSocketBufferBytes: number;
+  /// The host's check of each connection; null: open mode, anyone may read and write.
+  authenticate: Authenticate | null;
 }
 
 /// An error for `next()` in the handshake middleware: Socket.io sends `message` and `data` to
@@ -52,24 +60,48 @@ class HandshakeError extends Error {
 /// `observer` like the others. Returns a function that stops the slow-consumer sweep (for
 /// shutdown).
 export function attachProtocol(
-  io: ScriptoriumServer,
+  io: ScriptoriumNamespace,
   rooms: Rooms,
   log: Logger,
   draining: () => boolean,
   observer: BatchObserver | null,
   options: ProtocolOptions,
 ): () => void {
-  const { admission } = options;
+  const { admission, authenticate } = options;
+  /// Which user holds each client id, while a socket of theirs is connected: another user
+  /// claiming it is refused, so nobody can make an editor drop its own steps as someone
+  /// else's (prosemirror-collab recognises its steps by client id).
+  const owners = new Map<string, { user: string; sockets: number }>();
+
   io.use((socket, next) => {
+    let checked: HandshakeError | Handshake;
     try {
-      next(admit(socket));
+      checked = check(socket);
     } catch (err) {
       log.error({ err }, 'handshake failed');
-      next(new HandshakeError('internal'));
+      return next(new HandshakeError('internal'));
     }
+    if (checked instanceof HandshakeError) return next(checked);
+    if (!authenticate) return next(admit(socket, checked, null));
+    identify(authenticate, socket, checked).then(
+      (identity) => {
+        if (identity instanceof HandshakeError) return next(identity);
+        try {
+          next(admit(socket, checked, identity));
+        } catch (err) {
+          log.error({ err }, 'handshake failed');
+          next(new HandshakeError('internal'));
+        }
+      },
+      (err: unknown) => {
+        log.error({ err }, 'handshake failed');
+        next(new HandshakeError('internal'));
+      },
+    );
   });
 
-  function admit(socket: ScriptoriumSocket): HandshakeError | undefined {
+  /// The handshake's own fields, checked before the host's `authenticate` sees them.
+  function check(socket: ScriptoriumSocket): HandshakeError | Handshake {
     if (draining()) return new HandshakeError('shutting-down');
     const doc = socket.handshake.query['doc'];
     if (typeof doc !== 'string' || !docIdPattern.test(doc) || !oneDocument(socket.request.url)) {
@@ -84,6 +116,53 @@ export function attachProtocol(
     if (readOnly !== undefined && typeof readOnly !== 'boolean') {
       return new HandshakeError('bad-request');
     }
+    return { doc, clientID, readOnly: readOnly === true };
+  }
+
+  /// Asks the host who this is. Resolves with the identity, or with the refusal: what
+  /// `authenticate` throws is `unauthorized` unless its `code` is `forbidden`; an identity
+  /// that is not one is the host's bug, answered `internal` and logged.
+  async function identify(
+    hook: Authenticate,
+    socket: ScriptoriumSocket,
+    handshake: Handshake,
+  ): Promise<Identity | HandshakeError> {
+    let identity: unknown;
+    try {
+      identity = await hook({
+        auth: (socket.handshake.auth ?? {}) as Record<string, unknown>,
+        headers: socket.handshake.headers,
+        query: socket.handshake.query,
+        docId: handshake.doc,
+      });
+    } catch (err) {
+      const forbidden = (err as { code?: unknown } | null)?.code === 'forbidden';
+      log.debug({ err, doc: handshake.doc }, 'connection refused by authenticate');
+      const detail = err instanceof Error && err.message ? err.message : undefined;
+      return new HandshakeError(forbidden ? 'forbidden' : 'unauthorized', detail);
+    }
+    const problem = identityProblem(identity);
+    if (problem) {
+      log.error({ doc: handshake.doc, problem }, 'authenticate returned no valid identity');
+      return new HandshakeError('internal');
+    }
+    if (draining()) return new HandshakeError('shutting-down');
+    return identity as Identity;
+  }
+
+  /// The last checks (the client id's owner, the caps) and the socket's state. Synchronous
+  /// from the caps on, so that nothing can slip between counting and admitting.
+  function admit(
+    socket: ScriptoriumSocket,
+    handshake: Handshake,
+    identity: Identity | null,
+  ): HandshakeError | undefined {
+    const { doc, clientID } = handshake;
+    const user = identity?.user ?? null;
+    const owner = owners.get(clientID);
+    if (user !== null && owner && owner.user !== user) {
+      return new HandshakeError('forbidden', 'This client id belongs to another user');
+    }
     const address = admission.address(socket.request);
     const cap = admission.enter(address, clientID);
     if (cap === 'address') {
@@ -96,7 +175,9 @@ export function attachProtocol(
     socket.data = {
       docId: doc,
       clientID,
-      readOnly: readOnly === true,
+      readOnly: handshake.readOnly || identity?.access === 'read',
+      user,
+      expiresAt: identity?.expiresAt ?? Infinity,
       room: null,
       address,
       batches: new TokenBucket(options.batchesPerSecond, options.batchesBurst, now),
@@ -104,7 +185,17 @@ export function attachProtocol(
       protocolErrors: 0,
     };
     // Counted from here: released when the socket disconnects (or fails to connect).
-    socket.conn.once('close', () => admission.leave(address, clientID));
+    if (user !== null) {
+      const held = owners.get(clientID) ?? { user, sockets: 0 };
+      held.sockets++;
+      owners.set(clientID, held);
+    }
+    socket.conn.once('close', () => {
+      admission.leave(address, clientID);
+      if (user === null) return;
+      const held = owners.get(clientID);
+      if (held && --held.sockets === 0) owners.delete(clientID);
+    });
     return undefined;
   }
 
@@ -225,7 +316,7 @@ export function attachProtocol(
           return;
         }
         const { version, steps } = args[0] as { version: number; steps: unknown[] };
-        room!.receive(version, steps, socket.data.clientID, ack, received);
+        room!.receive(version, steps, socket.data.clientID, ack, received, socket.data.user);
       }),
     );
 
@@ -257,6 +348,27 @@ export function attachProtocol(
     );
   });
   return stopWatching;
+}
+
+/// A handshake's own fields, once checked.
+interface Handshake {
+  doc: string;
+  clientID: string;
+  readOnly: boolean;
+}
+
+/// Why `value` is not an `Identity`, or null when it is one.
+function identityProblem(value: unknown): string | null {
+  if (typeof value !== 'object' || value === null) return 'not an object';
+  const { user, access, expiresAt } = value as Record<string, unknown>;
+  if (typeof user !== 'string' || user === '' || user.length > 256) {
+    return 'user must be a string of 1 to 256 characters';
+  }
+  if (access !== 'read' && access !== 'write') return "access must be 'read' or 'write'";
+  if (expiresAt !== undefined && (typeof expiresAt !== 'number' || Number.isNaN(expiresAt))) {
+    return 'expiresAt must be a number (ms since the epoch) when given';
+  }
+  return null;
 }
 
 /// True when the handshake's URL names exactly one `doc`. Engine.IO keeps the last of repeated
@@ -312,6 +424,9 @@ function checkSteps(
   const version = room.publishedVersion;
   if (draining) return refusal('shutting-down', undefined, version);
   if (data.readOnly) return refusal('forbidden', 'This connection is read-only', version);
+  if (Date.now() >= data.expiresAt) {
+    return refusal('unauthorized', 'The token has expired: reconnect with a fresh one', version);
+  }
   if (typeof request !== 'object' || request === null || Array.isArray(request)) {
     return refusal('bad-request', 'steps expects {version, steps}', version);
   }

@@ -2,7 +2,12 @@ import type { Logger } from 'pino';
 import { errorBody, type ErrorCode } from '../../schema/index.js';
 import type { ScriptoriumSocket } from './socket.js';
 import { measureJson, type JsonLimits } from '../core/json_limits.js';
-import { CorruptDocumentError, CreationRateError, TooManyDocumentsError } from '../core/rooms.js';
+import {
+  CodedError,
+  CorruptDocumentError,
+  CreationRateError,
+  TooManyDocumentsError,
+} from '../core/rooms.js';
 import { StoreUnavailableError } from '../stores/store.js';
 
 // What stands between a socket's raw messages and the protocol handlers: a gate that bounds
@@ -84,5 +89,6 @@ export function loadFailureCode(err: unknown): ErrorCode {
   if (err instanceof CorruptDocumentError) return 'corrupt';
   if (err instanceof CreationRateError) return 'rate-limited';
   if (err instanceof TooManyDocumentsError) return 'too-many-documents';
+  if (err instanceof CodedError) return err.code;
   return 'internal';
 }

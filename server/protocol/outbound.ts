@@ -1,4 +1,4 @@
-import type { ScriptoriumServer, ScriptoriumSocket } from './socket.js';
+import type { ScriptoriumNamespace, ScriptoriumSocket } from './socket.js';
 
 // Socket.io has no per-socket count of bytes waiting to go out, and a reader that never reads
 // makes them pile up in this process: every broadcast is queued for it. Two places hold them:
@@ -53,14 +53,14 @@ export function dropIfSlow(socket: ScriptoriumSocket, maxBytes: number): boolean
 /// fields, cheap next to the broadcasts that fill the buffers). Returns a function that stops
 /// it. `onDropped` is told of each socket dropped.
 export function watchSlowConsumers(
-  io: ScriptoriumServer,
+  io: ScriptoriumNamespace,
   maxBytes: number,
   intervalMs = 250,
   onDropped: (socket: ScriptoriumSocket) => void = () => {},
 ): () => void {
   const timer = setInterval(() => {
     try {
-      for (const socket of io.sockets.sockets.values()) {
+      for (const socket of io.sockets.values()) {
         if (dropIfSlow(socket, maxBytes)) onDropped(socket);
       }
     } catch {

@@ -4,7 +4,7 @@ import {
   type PresenceBroadcast,
 } from '../../schema/index.js';
 import type { Logger } from 'pino';
-import type { ScriptoriumServer, ScriptoriumSocket } from './socket.js';
+import type { ScriptoriumNamespace, ScriptoriumSocket } from './socket.js';
 import { guarded } from './guard.js';
 
 /// Shortest time between two presence relays of one socket: at most 20 a second.
@@ -39,7 +39,7 @@ const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
 /// clients re-announce themselves when they see a client id for the first time, so the
 /// newcomer soon has positions at current versions.
 export function attachPresence(
-  io: ScriptoriumServer,
+  io: ScriptoriumNamespace,
   socket: ScriptoriumSocket,
   log: Logger,
   onMalformed: () => void = () => {},
@@ -116,7 +116,7 @@ function relay(
 }
 
 /// Tells a socket that has just announced itself where everyone else in its room is.
-function introduce(io: ScriptoriumServer, socket: ScriptoriumSocket): void {
+function introduce(io: ScriptoriumNamespace, socket: ScriptoriumSocket): void {
   for (const other of roomSockets(io, socket.data.docId)) {
     if (other === socket || other.data.clientID === socket.data.clientID) continue;
     const sent = presences.get(other)?.sent;
@@ -124,11 +124,11 @@ function introduce(io: ScriptoriumServer, socket: ScriptoriumSocket): void {
   }
 }
 
-function* roomSockets(io: ScriptoriumServer, docId: string): Generator<ScriptoriumSocket> {
-  const ids = io.sockets.adapter.rooms.get(docId);
+function* roomSockets(io: ScriptoriumNamespace, docId: string): Generator<ScriptoriumSocket> {
+  const ids = io.adapter.rooms.get(docId);
   if (!ids) return;
   for (const id of ids) {
-    const socket = io.sockets.sockets.get(id);
+    const socket = io.sockets.get(id);
     if (socket) yield socket;
   }
 }

@@ -1,4 +1,5 @@
-import type { Server, Socket } from 'socket.io';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Namespace, Server, Socket } from 'socket.io';
 import type { ClientToServerEvents, ServerToClientEvents } from '../../schema/index.js';
 import type { Room } from '../core/room.js';
 import type { TokenBucket } from './token_bucket.js';
@@ -20,9 +21,42 @@ export interface SocketData {
   pulls: TokenBucket;
   /// Malformed messages received so far (`maxProtocolErrors` closes the socket).
   protocolErrors: number;
+  /// Who the host's `authenticate` said this is; null in open mode (no `authenticate`).
+  user: string | null;
+  /// When the socket's credentials expire (ms since the epoch): its steps are refused
+  /// `unauthorized` from then on, until it reconnects with fresh ones. Infinity: never.
+  expiresAt: number;
 }
 
+/// What the host's `authenticate` hook is given for each connection: the handshake's `auth`
+/// object (where clients put `token`), its HTTP headers and query, and the document asked for.
+export interface AuthenticateContext {
+  auth: Readonly<Record<string, unknown>>;
+  headers: Readonly<IncomingHttpHeaders>;
+  query: Readonly<Record<string, unknown>>;
+  docId: string;
+}
+
+/// Who a connection is and what it may do, as `authenticate` answers.
+export interface Identity {
+  user: string;
+  access: 'read' | 'write';
+  /// When these credentials stop being valid (ms since the epoch, as `Date.now()`).
+  expiresAt?: number;
+}
+
+/// The host's check of a connection: resolves with its identity, or throws to refuse it
+/// (`unauthorized`; an error whose `code` is `'forbidden'` for a document out of scope).
+export type Authenticate = (context: AuthenticateContext) => Identity | Promise<Identity>;
+
 export type ScriptoriumServer = Server<
+  ClientToServerEvents,
+  ServerToClientEvents,
+  Record<string, never>,
+  SocketData
+>;
+/// The namespace the protocol is attached to (`/` unless the host chose another).
+export type ScriptoriumNamespace = Namespace<
   ClientToServerEvents,
   ServerToClientEvents,
   Record<string, never>,

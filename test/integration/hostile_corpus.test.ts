@@ -9,7 +9,7 @@ import { Transform } from 'prosemirror-transform';
 import type { Socket } from 'socket.io-client';
 import type { CollabClient } from '../../client/index.js';
 import { errors, isErrorCode, schema, type ErrorCode, type StepJSON } from '../../schema/index.js';
-import { defaults, type Config } from '../../server/app/config.js';
+import { defaults, type Config } from '../../server/config.js';
 import { FileStore } from '../../server/stores/file_store.js';
 import { openEditor } from '../support/editors.js';
 import {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { Node } from 'prosemirror-model';
 import { findWrapping, Transform } from 'prosemirror-transform';
 import { errors, isErrorCode, schema, type DocJSON, type StepJSON } from '../../schema/index.js';
-import type { Config } from '../../server/app/config.js';
+import type { Config } from '../../server/config.js';
 
 // Shared by the hostile-input tests: limits that keep admission control (rate limits,
 // connection caps, protocol-error budgets) out of the way of tests that send hundreds of bad

@@ -1,0 +1,373 @@
+import type { Node, Schema } from 'prosemirror-model';
+import { Transform } from 'prosemirror-transform';
+import { pino, type Logger } from 'pino';
+import type { Server } from 'socket.io';
+import {
+  errorBody,
+  isErrorCode,
+  schema as builtInSchema,
+  schemaVersion as builtInSchemaVersion,
+  type ErrorCode,
+  type StepJSON,
+  type StepsAnswer,
+} from '../schema/index.js';
+import { MetricsRecorder } from '../metrics/index.js';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import type { AcceptedBatch, RoomHooks, RoomTransport } from './core/room.js';
+import { CodedError, Rooms } from './core/rooms.js';
+import { Admission } from './protocol/admission.js';
+import { attachProtocol } from './protocol/connection.js';
+import type { Authenticate, ScriptoriumNamespace } from './protocol/socket.js';
+import { MemoryStore } from './stores/memory_store.js';
+import type { Store } from './stores/store.js';
+
+/// The settings `createCollab` takes as `limits`: every setting of the standalone server that
+/// is not about its own process (port, host, store, logging). Same names, defaults and ranges
+/// as the README's table.
+export type CollabLimits = Omit<
+  Config,
+  'port' | 'host' | 'redisUrl' | 'dataDir' | 'store' | 'logLevel' | 'metricsEnabled'
+>;
+
+const processSettings = new Set<string>([
+  'port',
+  'host',
+  'redisUrl',
+  'dataDir',
+  'store',
+  'logLevel',
+  'metricsEnabled',
+]);
+
+/// A document as the hooks and `document()` see it: the published (durable) state.
+export interface DocumentEvent {
+  docId: string;
+  version: number;
+  doc: Node;
+}
+
+/// A batch made durable: what `onAccepted` receives. `user` is who sent it as `authenticate`
+/// named them (null in open mode, or for `change` without one); `steps` are JSON, as applied.
+export interface AcceptedEvent {
+  docId: string;
+  version: number;
+  steps: readonly StepJSON[];
+  clientID: string;
+  user: string | null;
+}
+
+/// A hook's answer: nothing, or a promise of nothing. Hooks are awaited only where the
+/// server must wait for them (`onLoad`); a rejection anywhere is logged and, where there is
+/// a request, answered with a code.
+type HookResult = void | Promise<void>;
+
+export interface CollabOptions {
+  /// Any ProseMirror schema; the built-in one when omitted. Clients must use the same one.
+  schema?: Schema;
+  /// Written into snapshots; raise it when a schema change makes old documents invalid, and
+  /// snapshots written by a newer version are refused (`corrupt`) instead of misread.
+  /// Defaults to the built-in schema's version.
+  schemaVersion?: number;
+  /// Where documents persist. A `MemoryStore` (nothing survives the process) when omitted.
+  store?: Store;
+  /// Called for every connection before it may do anything; none: anyone may read and write.
+  authenticate?: Authenticate;
+  /// Awaited when a document is loaded into memory (or created), before anyone is served from
+  /// it. Throwing refuses the load: with the error's `code` when it is one of the protocol's
+  /// codes (`forbidden`, say), `internal` otherwise.
+  onLoad?: (event: DocumentEvent) => HookResult;
+  /// Called after every accepted batch is durable, broadcast and acknowledged.
+  onAccepted?: (event: AcceptedEvent) => HookResult;
+  /// Called after a document was saved and dropped from memory.
+  onUnload?: (event: DocumentEvent) => HookResult;
+  limits?: Partial<CollabLimits>;
+  /// A pino logger (or a child of the host's); warnings and errors only by default.
+  logger?: Logger;
+  /// Latency windows and counters (see metrics/): a recorder to share, false for none.
+  metrics?: MetricsRecorder | false;
+}
+
+/// Where `attach` wires the protocol.
+export interface AttachOptions {
+  /// The Socket.io namespace clients connect to; `/` by default.
+  namespace?: string;
+}
+
+/// A collaboration authority to embed: documents, their rooms and the socket protocol, on the
+/// host's Socket.io server.
+export interface Collab {
+  readonly schema: Schema;
+  readonly metrics: MetricsRecorder;
+  /// The Socket.io server options the limits need (`new Server(http, collab.socketOptions)`):
+  /// Engine.IO's frame cap at twice `maxMessageBytes`, so that a frame is refused before it
+  /// is parsed, and no compression (steps are small and latency-bound).
+  readonly socketOptions: {
+    maxHttpBufferSize: number;
+    perMessageDeflate: false;
+    httpCompression: false;
+  };
+  /// Serves the protocol on `io` (in `options.namespace`).
+  attach(io: Server, options?: AttachOptions): void;
+  /// Edits `docId` on the server, through the same path as an editor's steps: checked against
+  /// the limits, journaled, broadcast, `onAccepted`. `edit` adds steps to a transform of the
+  /// newest document (creating the document when it does not exist). Resolves with the new
+  /// version once durable; rejects with a `CodedError` when the steps are refused.
+  change(
+    docId: string,
+    edit: (tr: Transform) => void,
+    options?: { user?: string | null; clientID?: string },
+  ): Promise<number>;
+  /// The document's published version and content, loading it if needed; null when the store
+  /// has no such document.
+  document(docId: string): Promise<{ version: number; doc: Node } | null>;
+  /// Connected editors, over every attached namespace.
+  readonly editors: number;
+  /// Refuses new connections, finishes in-flight batches, writes snapshots, tells every editor
+  /// to reconnect later, closes the store. Bounded by `shutdownTimeoutMs`; resolves true when
+  /// everything was saved in time.
+  close(): Promise<boolean>;
+  /// The document registry, for the standalone server's HTTP routes.
+  readonly rooms: Rooms;
+  /// True once `close` was called.
+  readonly draining: boolean;
+}
+
+/// Builds a collaboration authority. Throws `ConfigError` for a limit it cannot accept.
+export function createCollab(options: CollabOptions = {}): Collab {
+  for (const field of Object.keys(options.limits ?? {})) {
+    if (processSettings.has(field)) {
+      throw new ConfigError(`"${field}" is a setting of the standalone server, not a limit`);
+    }
+  }
+  const config = loadConfig(options.limits as Partial<Config>);
+  const schema = options.schema ?? builtInSchema;
+  const schemaVersion = options.schemaVersion ?? builtInSchemaVersion;
+  if (!Number.isSafeInteger(schemaVersion) || schemaVersion < 0) {
+    throw new ConfigError(`schemaVersion must be a whole number ≥ 0, got ${schemaVersion}`);
+  }
+  if (!schema.topNodeType.createAndFill()) {
+    throw new ConfigError('the schema cannot make an empty document (its top node needs content)');
+  }
+  const store = options.store ?? new MemoryStore();
+  const log = options.logger ?? pino({ level: 'warn', base: { service: 'scriptorium' } });
+  const namespaces: ScriptoriumNamespace[] = [];
+  const stops: (() => void)[] = [];
+  let draining = false;
+  const isDraining = () => draining;
+  const editors = () => namespaces.reduce((sum, nsp) => sum + nsp.sockets.size, 0);
+
+  const metrics: MetricsRecorder =
+    options.metrics ||
+    new MetricsRecorder(
+      { enabled: options.metrics !== false },
+      { editors, documents: (): number => rooms.size },
+    );
+  // Left out entirely when metrics are off, so the hot path skips the call.
+  const observer = metrics.config.enabled ? metrics : null;
+
+  const transport: RoomTransport = {
+    broadcast(docId, message) {
+      for (const nsp of namespaces) nsp.to(docId).emit('steps', message);
+    },
+    evict(docId, code, message) {
+      for (const nsp of namespaces) {
+        nsp.to(docId).emit('closing', { code, message, retryAfterMs: 0 });
+        nsp.in(docId).disconnectSockets(true);
+      }
+    },
+  };
+  const rooms: Rooms = new Rooms({
+    store,
+    schema,
+    transport,
+    observer,
+    log,
+    options: { ...config, schemaVersion },
+    hooks: roomHooks(options, log),
+  });
+  const admission = new Admission(config);
+  const socketOptions = {
+    maxHttpBufferSize: 2 * config.maxMessageBytes,
+    perMessageDeflate: false as const,
+    httpCompression: false as const,
+  };
+
+  let closing: Promise<boolean> | null = null;
+  return {
+    schema,
+    metrics,
+    socketOptions,
+    rooms,
+    get draining() {
+      return draining;
+    },
+    get editors() {
+      return editors();
+    },
+    attach(io, attachOptions = {}) {
+      if (draining) throw new Error('this collab is closed');
+      const nsp = io.of(attachOptions.namespace ?? '/') as unknown as ScriptoriumNamespace;
+      if (namespaces.includes(nsp)) throw new Error(`already attached to ${nsp.name}`);
+      const cap = io.engine.opts.maxHttpBufferSize ?? 1e6;
+      if (cap > socketOptions.maxHttpBufferSize) {
+        // Frames up to the engine's cap are parsed before any limit is checked: a 1 MB frame
+        // of nested arrays holds the event loop for hundreds of milliseconds.
+        log.warn(
+          { maxHttpBufferSize: cap, recommended: socketOptions.maxHttpBufferSize },
+          'the Socket.io server accepts frames larger than the limits need: create it with collab.socketOptions',
+        );
+      }
+      namespaces.push(nsp);
+      stops.push(
+        attachProtocol(nsp, rooms, log, isDraining, observer, {
+          json: {
+            maxDepth: config.maxJsonDepth,
+            maxBytes: config.maxMessageBytes,
+            maxStringBytes: config.maxAttributeBytes,
+          },
+          admission,
+          batchesPerSecond: config.batchesPerSecond,
+          batchesBurst: config.batchesBurst,
+          pullsPerSecond: config.pullsPerSecond,
+          pullsBurst: config.pullsBurst,
+          maxProtocolErrors: config.maxProtocolErrors,
+          maxSocketBufferBytes: config.maxSocketBufferBytes,
+          authenticate: options.authenticate ?? null,
+        }),
+      );
+      if (namespaces.length === 1) metrics.start();
+    },
+    async change(docId, edit, changeOptions = {}) {
+      if (draining) throw new CodedError('shutting-down');
+      const room = await rooms.get(docId, true);
+      if (!room || room.state !== 'open') throw new CodedError('unavailable');
+      // Made and handed to the room in one synchronous step, against the newest document:
+      // nothing can be applied in between, so the steps never need rebasing.
+      const { doc, version } = room.current();
+      const tr = new Transform(doc);
+      edit(tr);
+      if (tr.steps.length === 0) return room.publishedVersion;
+      const steps = tr.steps.map((step) => step.toJSON() as StepJSON);
+      return new Promise<number>((resolve, reject) => {
+        const ack = (answer: StepsAnswer) => {
+          if (answer.ok) resolve(answer.version);
+          else reject(new CodedError(answer.code, answer.message));
+        };
+        room.receive(
+          version,
+          steps,
+          changeOptions.clientID ?? 'server',
+          ack,
+          performance.now(),
+          changeOptions.user ?? null,
+        );
+      });
+    },
+    async document(docId) {
+      const room = await rooms.get(docId, false);
+      if (!room) return null;
+      return { version: room.publishedVersion, doc: room.publishedDoc };
+    },
+    close() {
+      closing ??= shutdown();
+      return closing;
+    },
+  };
+
+  async function shutdown(): Promise<boolean> {
+    // One budget for everything below: a wedged document (a hung disk, a store that does not
+    // answer) must not hold the host past it, at any step.
+    const deadline = performance.now() + config.shutdownTimeoutMs;
+    const inTime = <T>(promise: Promise<T>, late: T): Promise<T> => {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<T>((resolve) => {
+        timer = setTimeout(() => resolve(late), Math.max(0, deadline - performance.now()));
+      });
+      return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+    };
+    draining = true;
+    log.info('closing: finishing in-flight batches and writing snapshots');
+    const saved = await inTime(
+      rooms.flushAll().then((failed) => failed === 0),
+      false,
+    );
+    if (!saved) log.warn('close: not every document could be saved in time');
+    // Only the sockets of this protocol: a shared namespace may hold the host's own.
+    for (const nsp of namespaces) {
+      for (const socket of nsp.sockets.values()) {
+        if (!socket.data?.docId) continue;
+        socket.emit('closing', {
+          code: 'shutting-down',
+          message: 'The server is restarting: reconnect in a moment',
+          retryAfterMs: 1000,
+        });
+        socket.disconnect(true);
+      }
+    }
+    for (const stop of stops) stop();
+    rooms.closeAll();
+    metrics.stop();
+    const closed = await inTime(
+      store.close().then(
+        () => true,
+        (err: unknown) => {
+          log.warn({ err }, 'store close failed');
+          return false;
+        },
+      ),
+      false,
+    );
+    // A store that could not close may still have writes running: not everything is saved.
+    if (!closed) log.warn('close: the store did not close cleanly in time');
+    return saved && closed;
+  }
+}
+
+/// The rooms' hooks: the host's, each behind a wrapper, so that what a host's hook throws or
+/// rejects is logged (and, for `onLoad`, answered with a code) and never reaches a room.
+function roomHooks(options: CollabOptions, log: Logger): RoomHooks {
+  const hooks: RoomHooks = {};
+  const { onLoad, onAccepted, onUnload } = options;
+  const report = (hook: string, docId: string) => (err: unknown) =>
+    log.error({ err, doc: docId, hook }, `the host's ${hook} hook failed`);
+  /// Calls a hook whose outcome nobody waits for.
+  const notify = <E extends { docId: string }>(
+    hook: string,
+    fn: (event: E) => HookResult,
+    event: E,
+  ): void => {
+    try {
+      const result = fn(event);
+      if (result && typeof result.then === 'function')
+        result.then(undefined, report(hook, event.docId));
+    } catch (err) {
+      report(hook, event.docId)(err);
+    }
+  };
+  if (onLoad) {
+    hooks.loaded = async (room) => {
+      try {
+        await onLoad({ docId: room.docId, version: room.publishedVersion, doc: room.publishedDoc });
+      } catch (err) {
+        report('onLoad', room.docId)(err);
+        const code = (err as { code?: unknown } | null)?.code;
+        const known: ErrorCode = isErrorCode(code) ? code : 'internal';
+        throw new CodedError(known, errorBody(known, (err as Error)?.message).message, {
+          cause: err,
+        });
+      }
+    };
+  }
+  if (onAccepted) {
+    hooks.accepted = (batch: AcceptedBatch) => notify('onAccepted', onAccepted, batch);
+  }
+  if (onUnload) {
+    hooks.unloaded = (room) =>
+      notify('onUnload', onUnload, {
+        docId: room.docId,
+        version: room.publishedVersion,
+        doc: room.publishedDoc,
+      });
+  }
+  return hooks;
+}

@@ -1,0 +1,399 @@
+import assert from 'node:assert/strict';
+import { createServer, type Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { Schema, type Node } from 'prosemirror-model';
+import { Transform } from 'prosemirror-transform';
+import { pino } from 'pino';
+import { Server } from 'socket.io';
+import { io as connect, type Socket } from 'socket.io-client';
+import { schema as builtIn, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import {
+  CodedError,
+  createCollab,
+  MemoryStore,
+  type AcceptedEvent,
+  type Authenticate,
+  type Collab,
+} from '../../server/index.js';
+import { ask } from '../support/socket.js';
+import { waitFor } from '../support/wait.js';
+
+// createCollab embedded in a host app of the test's own: its http server, its Socket.io
+// server, its schema (the built-in one plus a `callout` block) and its authentication (tokens
+// from a table). Real sockets, no mocks.
+
+const schema = new Schema({
+  nodes: builtIn.spec.nodes.addToEnd('callout', {
+    content: 'paragraph+',
+    group: 'block',
+    attrs: { tone: { default: 'info', validate: 'string' } },
+    toDOM: () => ['aside', 0],
+  }),
+  marks: builtIn.spec.marks,
+});
+
+/// The host's tokens: who each is, and what it may open.
+const tokens: Record<
+  string,
+  { user: string; access: 'read' | 'write'; doc: string; exp?: number }
+> = {
+  alice: { user: 'alice', access: 'write', doc: '*' },
+  bob: { user: 'bob', access: 'write', doc: '*' },
+  reader: { user: 'rita', access: 'read', doc: '*' },
+  scoped: { user: 'sam', access: 'write', doc: 'team-*' },
+};
+
+const authenticate: Authenticate = ({ auth, docId }) => {
+  const entry = typeof auth['token'] === 'string' ? tokens[auth['token']] : undefined;
+  if (!entry) throw new Error('no such token');
+  if (entry.doc !== '*' && !docId.startsWith(entry.doc.slice(0, -1))) {
+    throw Object.assign(new Error('not your document'), { code: 'forbidden' });
+  }
+  return entry.exp === undefined
+    ? { user: entry.user, access: entry.access }
+    : { user: entry.user, access: entry.access, expiresAt: entry.exp };
+};
+
+interface Host {
+  collab: Collab;
+  http: HttpServer;
+  io: Server;
+  url: string;
+  accepted: AcceptedEvent[];
+  loaded: string[];
+  unloaded: string[];
+  close(): Promise<void>;
+}
+
+async function startHost(namespace = '/'): Promise<Host> {
+  const accepted: AcceptedEvent[] = [];
+  const loaded: string[] = [];
+  const unloaded: string[] = [];
+  const collab = createCollab({
+    schema,
+    store: new MemoryStore(),
+    authenticate,
+    logger: pino({ level: process.env['TEST_LOG_LEVEL'] ?? 'silent' }),
+    limits: { idleUnloadMs: 200, batchesPerSecond: 0, pullsPerSecond: 0 },
+    onLoad: ({ docId }) => {
+      if (docId === 'refused-by-host') {
+        throw Object.assign(new Error('archived'), { code: 'forbidden' });
+      }
+      if (docId === 'broken-hook') throw new Error('the host hook has a bug');
+      loaded.push(docId);
+    },
+    onAccepted: (event) => {
+      accepted.push(event);
+      if (event.docId === 'throwing-accept') throw new Error('the host hook has a bug');
+    },
+    onUnload: ({ docId }) => {
+      unloaded.push(docId);
+    },
+  });
+  const http = createServer((_request, response) => response.end('the host app'));
+  const io = new Server(http, collab.socketOptions);
+  // The host's own traffic on the same Socket.io server, in another namespace.
+  io.of('/chat').on('connection', (socket) => socket.on('hello', (ack: () => void) => ack()));
+  collab.attach(io, { namespace });
+  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+  return {
+    collab,
+    http,
+    io,
+    url,
+    accepted,
+    loaded,
+    unloaded,
+    async close() {
+      await collab.close();
+      await new Promise<void>((resolve) => io.close(() => resolve()));
+    },
+  };
+}
+
+/// A bare socket of the wire protocol, with `token` (none when null); resolves when connected,
+/// rejects with the `connect_error`'s data.
+function open(
+  host: Host,
+  doc: string,
+  clientID: string,
+  token: string | null,
+  namespace = '/',
+): Promise<Socket> {
+  const socket = connect(host.url + (namespace === '/' ? '' : namespace), {
+    transports: ['websocket'],
+    reconnection: false,
+    forceNew: true,
+    query: { doc },
+    auth: token === null ? { clientID } : { clientID, token },
+  });
+  return new Promise((resolve, reject) => {
+    socket.once('connect', () => resolve(socket));
+    socket.once('connect_error', (err: Error & { data?: { code?: string } }) => {
+      socket.close();
+      reject(Object.assign(new Error(err.message), { code: err.data?.code }));
+    });
+  });
+}
+
+async function refusal(promise: Promise<Socket>): Promise<string | undefined> {
+  try {
+    (await promise).close();
+    return 'connected';
+  } catch (err) {
+    return (err as { code?: string }).code;
+  }
+}
+
+/// Joins and returns the document (as a node of the host's schema) and version.
+async function join(socket: Socket): Promise<{ doc: Node; version: number }> {
+  const answer = await ask<SyncAnswer>(socket, 'join', {});
+  assert.ok(answer.ok && 'doc' in answer, JSON.stringify(answer));
+  return { doc: schema.nodeFromJSON(answer.doc), version: answer.version };
+}
+
+function typeAt(doc: Node, text: string): unknown[] {
+  return new Transform(doc).insert(1, schema.text(text)).steps.map((step) => step.toJSON());
+}
+
+describe('createCollab in a host app', () => {
+  let host: Host;
+  before(async () => {
+    host = await startHost();
+  });
+  after(async () => {
+    await host.close();
+  });
+
+  it('refuses connections without a valid token (unauthorized) or out of scope (forbidden)', async () => {
+    assert.equal(await refusal(open(host, 'doc-a', 'c-none', null)), 'unauthorized');
+    assert.equal(await refusal(open(host, 'doc-a', 'c-bad', 'forged')), 'unauthorized');
+    assert.equal(await refusal(open(host, 'doc-a', 'c-sam', 'scoped')), 'forbidden');
+    assert.equal(await refusal(open(host, 'team-notes', 'c-sam', 'scoped')), 'connected');
+    // The host's other namespace is not the protocol's: no token needed there.
+    const chat = connect(`${host.url}/chat`, { transports: ['websocket'], forceNew: true });
+    await new Promise<void>((resolve) => chat.emit('hello', () => resolve()));
+    chat.close();
+  });
+
+  it('accepts steps with a node type of the host schema, broadcasts them, and calls onAccepted after each', async () => {
+    const alice = await open(host, 'doc-b', 'c-alice', 'alice');
+    const bob = await open(host, 'doc-b', 'c-bob', 'bob');
+    try {
+      const { doc, version } = await join(alice);
+      await join(bob);
+      const broadcasts: unknown[] = [];
+      bob.on('steps', (message: unknown) => broadcasts.push(message));
+      const callout = schema.node('callout', { tone: 'warning' }, [
+        schema.node('paragraph', null, [schema.text('Careful')]),
+      ]);
+      const steps = JSON.parse(
+        JSON.stringify(new Transform(doc).insert(0, callout).steps.map((step) => step.toJSON())),
+      ) as unknown[];
+      const answer = await ask<StepsAnswer>(alice, 'steps', { version, steps });
+      assert.deepEqual(answer, { ok: true, version: version + 1 });
+      await waitFor(() => broadcasts.length === 1, 'the broadcast');
+      assert.deepEqual(broadcasts[0], { version: version + 1, steps, clientIDs: ['c-alice'] });
+      // An attribute the host's validator refuses.
+      const bad = new Transform(doc)
+        .insert(0, callout)
+        .steps.map((step) => step.toJSON() as { slice: { content: { attrs: unknown }[] } });
+      bad[0]!.slice.content[0]!.attrs = { tone: 42 };
+      const refused = await ask<StepsAnswer>(alice, 'steps', { version: version + 1, steps: bad });
+      assert.equal(refused.ok, false);
+      assert.equal(!refused.ok && refused.code, 'invalid-step');
+      await waitFor(() => host.accepted.some((event) => event.docId === 'doc-b'), 'onAccepted');
+      const seen = host.accepted.filter((event) => event.docId === 'doc-b');
+      assert.deepEqual(JSON.parse(JSON.stringify(seen)), [
+        { docId: 'doc-b', version: version + 1, steps, clientID: 'c-alice', user: 'alice' },
+      ]);
+      assert.ok(host.loaded.includes('doc-b'), 'onLoad saw the document');
+    } finally {
+      alice.close();
+      bob.close();
+    }
+  });
+
+  it('answers a read-only token`s steps forbidden and changes nothing', async () => {
+    const reader = await open(host, 'doc-c', 'c-rita', 'reader');
+    try {
+      const { doc, version } = await join(reader);
+      const answer = await ask<StepsAnswer>(reader, 'steps', {
+        version,
+        steps: typeAt(doc, 'x'),
+      });
+      assert.equal(!answer.ok && answer.code, 'forbidden');
+      assert.equal((await host.collab.document('doc-c'))!.version, version);
+    } finally {
+      reader.close();
+    }
+  });
+
+  it('refuses the steps of a socket whose credentials expired (unauthorized); a fresh connection writes', async () => {
+    tokens['short'] = { user: 'sue', access: 'write', doc: '*', exp: Date.now() + 300 };
+    const sue = await open(host, 'doc-d', 'c-sue', 'short');
+    try {
+      const { doc, version } = await join(sue);
+      const before = await ask<StepsAnswer>(sue, 'steps', { version, steps: typeAt(doc, 'a') });
+      assert.equal(before.ok, true);
+      await new Promise((resolve) => setTimeout(resolve, 350));
+      const after = await ask<StepsAnswer>(sue, 'steps', {
+        version: version + 1,
+        steps: typeAt(host.collab.rooms.peek('doc-d')!.publishedDoc, 'b'),
+      });
+      assert.equal(!after.ok && after.code, 'unauthorized');
+      assert.equal((await host.collab.document('doc-d'))!.version, version + 1);
+    } finally {
+      sue.close();
+    }
+    // The client refreshes its token and reconnects.
+    tokens['short'] = { user: 'sue', access: 'write', doc: '*', exp: Date.now() + 60_000 };
+    const again = await open(host, 'doc-d', 'c-sue', 'short');
+    try {
+      const { doc, version } = await join(again);
+      const answer = await ask<StepsAnswer>(again, 'steps', { version, steps: typeAt(doc, 'b') });
+      assert.equal(answer.ok, true);
+    } finally {
+      again.close();
+    }
+  });
+
+  it('binds a client id to its user: another user claiming it is refused, the same user is let in', async () => {
+    const alice = await open(host, 'doc-e', 'c-shared', 'alice');
+    try {
+      assert.equal(await refusal(open(host, 'doc-e', 'c-shared', 'bob')), 'forbidden');
+      const aliceAgain = await open(host, 'doc-e', 'c-shared', 'alice');
+      aliceAgain.close();
+    } finally {
+      alice.close();
+    }
+    // Released when alice's sockets are gone.
+    let outcome: string | undefined;
+    for (let i = 0; i < 50 && outcome !== 'connected'; i++) {
+      outcome = await refusal(open(host, 'doc-e', 'c-shared', 'bob'));
+      if (outcome !== 'connected') await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.equal(outcome, 'connected', 'the client id is released with its last socket');
+  });
+
+  it('change() edits through the same path: durable, broadcast to editors, onAccepted', async () => {
+    const alice = await open(host, 'doc-f', 'c-alice-f', 'alice');
+    try {
+      const { version } = await join(alice);
+      const broadcasts: { version: number; clientIDs: string[] }[] = [];
+      alice.on('steps', (message: { version: number; clientIDs: string[] }) =>
+        broadcasts.push(message),
+      );
+      const changed = await host.collab.change(
+        'doc-f',
+        (tr) => {
+          tr.insert(1, schema.text('From the server'));
+        },
+        { user: 'robot' },
+      );
+      assert.equal(changed, version + 1);
+      await waitFor(() => broadcasts.length === 1, 'the broadcast');
+      assert.deepEqual(broadcasts[0]!.clientIDs, ['server']);
+      const read = await host.collab.document('doc-f');
+      assert.equal(read!.version, version + 1);
+      assert.equal(read!.doc.textContent, 'From the server');
+      const event = host.accepted.find((e) => e.docId === 'doc-f');
+      assert.deepEqual(
+        { user: event?.user, clientID: event?.clientID, version: event?.version },
+        { user: 'robot', clientID: 'server', version: version + 1 },
+      );
+      // Two concurrent changes both apply, in order, without rebasing.
+      const [first, second] = await Promise.all([
+        host.collab.change('doc-f', (tr) => void tr.insert(1, schema.text('1'))),
+        host.collab.change('doc-f', (tr) => void tr.insert(1, schema.text('2'))),
+      ]);
+      assert.deepEqual([first, second], [version + 2, version + 3]);
+      assert.equal((await host.collab.document('doc-f'))!.doc.textContent, '21From the server');
+      // A change the limits refuse rejects with the code and changes nothing: the server's
+      // own edits are held to the document limits like anyone's.
+      await assert.rejects(
+        host.collab.change('doc-f', (tr) => void tr.insert(1, schema.text('x'.repeat(300_000)))),
+        (err: unknown) => err instanceof CodedError && err.code === 'too-large',
+      );
+      assert.equal((await host.collab.document('doc-f'))!.version, version + 3);
+    } finally {
+      alice.close();
+    }
+  });
+
+  it('document() is null for a document the store does not have; change() creates it', async () => {
+    assert.equal(await host.collab.document('never-made'), null);
+    assert.equal(
+      await host.collab.change('made-by-change', (tr) => void tr.insert(1, schema.text('x'))),
+      1,
+    );
+    assert.equal((await host.collab.document('made-by-change'))!.doc.textContent, 'x');
+  });
+
+  it("answers with the code of the host's onLoad error, or internal; a throwing onAccepted changes nothing", async () => {
+    for (const [doc, code] of [
+      ['refused-by-host', 'forbidden'],
+      ['broken-hook', 'internal'],
+    ] as const) {
+      const socket = await open(host, doc, `c-${doc}`, 'alice');
+      try {
+        const answer = await ask<SyncAnswer>(socket, 'join', {});
+        assert.equal(!answer.ok && answer.code, code, doc);
+      } finally {
+        socket.close();
+      }
+    }
+    const socket = await open(host, 'throwing-accept', 'c-throw', 'alice');
+    try {
+      const { doc, version } = await join(socket);
+      for (let i = 0; i < 3; i++) {
+        const current = i === 0 ? doc : host.collab.rooms.peek('throwing-accept')!.publishedDoc;
+        const answer = await ask<StepsAnswer>(socket, 'steps', {
+          version: version + i,
+          steps: typeAt(current, String(i)),
+        });
+        assert.deepEqual(answer, { ok: true, version: version + i + 1 });
+      }
+    } finally {
+      socket.close();
+    }
+  });
+
+  it('calls onUnload when an idle document is dropped from memory', async () => {
+    await host.collab.change('unloads', (tr) => void tr.insert(1, schema.text('x')));
+    await waitFor(() => host.unloaded.includes('unloads'), 'onUnload');
+    assert.equal(host.collab.rooms.peek('unloads'), undefined);
+  });
+});
+
+describe('createCollab options', () => {
+  it('serves the protocol in the namespace it is attached to, and close() sends editors away', async () => {
+    const host = await startHost('/collab');
+    let closed = false;
+    try {
+      // `/` is the host's, untouched: a connection there is not answered by the protocol.
+      const root = await open(host, 'doc', 'c-root', null, '/');
+      const unanswered = await new Promise<boolean>((resolve) =>
+        root.timeout(300).emit('join', {}, (err: Error | null) => resolve(err !== null)),
+      );
+      root.close();
+      assert.equal(unanswered, true);
+      const socket = await open(host, 'doc', 'c-ns', 'alice', '/collab');
+      const closing = new Promise<{ code: string }>((resolve) => socket.on('closing', resolve));
+      await join(socket);
+      await host.close();
+      closed = true;
+      assert.equal((await closing).code, 'shutting-down');
+      socket.close();
+    } finally {
+      if (!closed) await host.close();
+    }
+  });
+
+  it('refuses settings that are not limits, and invalid limits', () => {
+    assert.throws(() => createCollab({ limits: { port: 1 } as never }), /not a limit/);
+    assert.throws(() => createCollab({ limits: { maxDocBytes: 1 } }), /maxDocBytes/);
+  });
+});
