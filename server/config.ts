@@ -79,7 +79,7 @@ export const defaults: Readonly<Config> = Object.freeze({
   batchesPerSecond: 50,
   batchesBurst: 100,
   pullsPerSecond: 10,
-  pullsBurst: 20,
+  pullsBurst: 10,
   maxConnectionsPerIp: 2_000,
   maxSocketsPerClient: 8,
   newDocumentsPerMinute: 300,
