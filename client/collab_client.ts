@@ -444,9 +444,12 @@ export class CollabClient {
       const delay = hinted
         ? answer.retryAfterMs! * (1 + Math.random() * 0.2)
         : this.retryDelayMs * (1 + (Math.random() - 0.5) * (this.options.reconnectJitter ?? 0.5));
+      // `moved`: another node serves the document now. Asking this connection again cannot
+      // help: a new one goes through the gateway, which routes it to the node that does.
+      const again = answer.code === 'moved' ? () => this.reconnectNow() : retry;
       this.retryTimer = setTimeout(() => {
         this.retryTimer = null;
-        retry();
+        again();
       }, delay);
       return;
     }
@@ -456,6 +459,15 @@ export class CollabClient {
       return;
     }
     this.fail(body);
+  }
+
+  /// Drops the connection and opens a new one (a new handshake, routed anew by a gateway).
+  /// Unconfirmed steps stay in the editor state and are sent again after the join.
+  private reconnectNow(): void {
+    if (this.closed) return;
+    this.socket.disconnect();
+    this.reconnects++;
+    this.socket.connect();
   }
 
   private onDisconnect(reason: Socket.DisconnectReason): void {

@@ -83,6 +83,10 @@ export const errors = {
     message: 'The server failed while serving this document and dropped its copy: reconnect',
     retryable: true,
   },
+  moved: {
+    message: 'Another node serves this document now: reconnect (through the gateway)',
+    retryable: true,
+  },
 } as const satisfies Record<string, { message: string; retryable: boolean }>;
 
 /// One of the codes in `errors`.

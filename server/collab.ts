@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Node, Schema } from 'prosemirror-model';
 import { Transform } from 'prosemirror-transform';
 import { pino, type Logger } from 'pino';
@@ -26,10 +27,11 @@ import type { Store } from './stores/store.js';
 /// as the README's table.
 export type CollabLimits = Omit<
   Config,
-  'port' | 'host' | 'redisUrl' | 'dataDir' | 'store' | 'logLevel' | 'metricsEnabled'
+  'port' | 'host' | 'redisUrl' | 'dataDir' | 'store' | 'logLevel' | 'metricsEnabled' | 'nodeId'
 >;
 
 const processSettings = new Set<string>([
+  'nodeId',
   'port',
   'host',
   'redisUrl',
@@ -85,6 +87,9 @@ export interface CollabOptions {
   logger?: Logger;
   /// Latency windows and counters (see metrics/): a recorder to share, false for none.
   metrics?: MetricsRecorder | false;
+  /// This process's node name, in its document leases (a store shared by several processes,
+  /// Redis, gives each document to one of them at a time). The host name by default.
+  nodeId?: string;
 }
 
 /// Where `attach` wires the protocol.
@@ -139,7 +144,10 @@ export function createCollab(options: CollabOptions = {}): Collab {
       throw new ConfigError(`"${field}" is a setting of the standalone server, not a limit`);
     }
   }
-  const config = loadConfig(options.limits as Partial<Config>);
+  const config = loadConfig({
+    ...(options.limits as Partial<Config>),
+    ...(options.nodeId === undefined ? {} : { nodeId: options.nodeId }),
+  });
   const schema = options.schema ?? builtInSchema;
   const schemaVersion = options.schemaVersion ?? builtInSchemaVersion;
   if (!Number.isSafeInteger(schemaVersion) || schemaVersion < 0) {
@@ -148,7 +156,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
   if (!schema.topNodeType.createAndFill()) {
     throw new ConfigError('the schema cannot make an empty document (its top node needs content)');
   }
-  const store = options.store ?? new MemoryStore();
+  const store: Store = options.store ?? new MemoryStore();
   const log = options.logger ?? pino({ level: 'warn', base: { service: 'scriptorium' } });
   const namespaces: ScriptoriumNamespace[] = [];
   const stops: (() => void)[] = [];
@@ -184,6 +192,15 @@ export function createCollab(options: CollabOptions = {}): Collab {
     log,
     options: { ...config, schemaVersion },
     hooks: roomHooks(options, log),
+    // A new holder per process: a new process of the same node (a deploy) takes documents
+    // over from the old one like any other node would.
+    leases: store.leases
+      ? {
+          store: store.leases,
+          holder: `${config.nodeId}/${randomUUID().slice(0, 8)}`,
+          ttlMs: config.leaseMs,
+        }
+      : null,
   });
   const admission = new Admission(config);
   const socketOptions = {
@@ -305,7 +322,9 @@ export function createCollab(options: CollabOptions = {}): Collab {
       }
     }
     for (const stop of stops) stop();
-    rooms.closeAll();
+    const closedRooms = rooms.closeAll();
+    // Handing the documents to the next node now rather than when their leases expire.
+    await inTime(rooms.releaseAll(closedRooms), undefined);
     metrics.stop();
     const closed = await inTime(
       store.close().then(

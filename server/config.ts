@@ -1,4 +1,5 @@
 import { isIP } from 'node:net';
+import { hostname } from 'node:os';
 
 /// Everything the server can be told, with units in the names. Built once by `loadConfig`,
 /// validated and frozen; nothing else reads `process.env`.
@@ -53,6 +54,11 @@ export interface Config {
   idleUnloadMs: number;
   storeTimeoutMs: number;
   shutdownTimeoutMs: number;
+  /// This node's name in logs, metrics, `x-scriptorium-node` and document leases.
+  nodeId: string;
+  /// How long a document lease lasts without renewal (Redis store): a node that dies holds its
+  /// documents this long at most; renewed three times per period.
+  leaseMs: number;
   metricsEnabled: boolean;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 }
@@ -91,6 +97,8 @@ export const defaults: Readonly<Config> = Object.freeze({
   idleUnloadMs: 30_000,
   storeTimeoutMs: 2_000,
   shutdownTimeoutMs: 10_000,
+  nodeId: hostname(),
+  leaseMs: 5_000,
   metricsEnabled: true,
   logLevel: 'info',
 });
@@ -129,6 +137,8 @@ export const environment = {
   IDLE_UNLOAD_MS: 'idleUnloadMs',
   STORE_TIMEOUT_MS: 'storeTimeoutMs',
   SHUTDOWN_TIMEOUT_MS: 'shutdownTimeoutMs',
+  NODE_ID: 'nodeId',
+  LEASE_MS: 'leaseMs',
   METRICS: 'metricsEnabled',
   LOG_LEVEL: 'logLevel',
 } as const satisfies Record<string, keyof Config>;
@@ -171,6 +181,7 @@ const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   idleUnloadMs: [0, 86_400_000],
   storeTimeoutMs: [10, 600_000],
   shutdownTimeoutMs: [100, 600_000],
+  leaseMs: [300, 600_000],
 };
 
 const logLevels = new Set(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
@@ -228,6 +239,11 @@ function validate(config: Config): void {
   if (config.redisUrl !== null && !/^rediss?:\/\/./.test(config.redisUrl)) {
     throw new ConfigError(
       `REDIS_URL must start with redis:// or rediss://, got "${config.redisUrl}"`,
+    );
+  }
+  if (typeof config.nodeId !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(config.nodeId)) {
+    throw new ConfigError(
+      `NODE_ID must be 1–64 characters of A-Z a-z 0-9 . _ -, got "${config.nodeId}"`,
     );
   }
   if (typeof config.dataDir !== 'string' || config.dataDir === '') {

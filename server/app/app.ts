@@ -47,6 +47,7 @@ export function createScriptorium(
     store: storeSetting,
     logLevel,
     metricsEnabled,
+    nodeId,
     ...limits
   } = config;
   const metrics: MetricsRecorder =
@@ -60,12 +61,25 @@ export function createScriptorium(
     logger: log,
     metrics,
     limits,
+    nodeId,
   });
   const app = createHttpApp({
     rooms: collab.rooms,
     storeKind: store.kind,
     draining: () => collab.draining,
     sockets: () => collab.editors,
+    notReady: async () => {
+      if (collab.draining) return 'shutting down';
+      if (!collab.rooms.leasesHealthy) return 'document leases cannot be renewed';
+      if (isPingable(store)) {
+        try {
+          await store.ping();
+        } catch {
+          return 'the store does not answer';
+        }
+      }
+      return null;
+    },
   });
   const registry = createMetricsRegistry(metrics);
   registerRoomMetrics(registry, collab.rooms);
@@ -120,4 +134,9 @@ export function createScriptorium(
     ]);
     return saved;
   }
+}
+
+/// Stores that can be asked whether they answer (Redis).
+function isPingable(store: Store): store is Store & { ping(): Promise<void> } {
+  return typeof (store as { ping?: unknown }).ping === 'function';
 }

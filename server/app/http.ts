@@ -10,6 +10,9 @@ export interface HttpContext {
   storeKind: string;
   draining: () => boolean;
   sockets: () => number;
+  /// Why the server should not be sent traffic now (the store does not answer, leases cannot
+  /// be renewed, shutting down), or null when it is ready.
+  notReady: () => Promise<string | null>;
 }
 
 const statusOf: Partial<Record<ErrorCode, number>> = {
@@ -22,6 +25,7 @@ const statusOf: Partial<Record<ErrorCode, number>> = {
   internal: 500,
   'rate-limited': 429,
   'too-many-documents': 503,
+  moved: 503,
 };
 
 /// The security headers of every answer, helmet's defaults with these choices:
@@ -94,6 +98,16 @@ export function createHttpApp(context: HttpContext): Express {
       documents: context.rooms.size,
       sockets: context.sockets(),
     });
+  });
+
+  // Readiness, for load balancers and deploys: unlike /healthz (the process runs), it checks
+  // what serving needs.
+  app.get('/readyz', async (_req, res) => {
+    const reason = await context.notReady();
+    if (reason !== null) {
+      return sendError(res, context.draining() ? 'shutting-down' : 'unavailable', reason);
+    }
+    res.json({ ok: true });
   });
 
   app.get('/docs/:id', async (req, res) => {

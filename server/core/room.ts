@@ -11,7 +11,7 @@ import {
   type SyncRequest,
 } from '../../schema/index.js';
 import type { Authority } from './authority.js';
-import type { Store } from '../stores/store.js';
+import type { Lease, Store } from '../stores/store.js';
 
 /// What a room needs from the transport: one broadcast per flush to every socket of the
 /// document, and a way to send everyone away when the room's copy can no longer be trusted.
@@ -103,6 +103,14 @@ export class Room {
   onClose: (room: Room) => void = () => {};
   /// Set when serving the room threw and it was closed (`fail`).
   failed = false;
+  /// The document's lease, with a store shared by several processes: every append and
+  /// snapshot carries it, and the store refuses them once another process took it.
+  lease: Lease | null = null;
+  /// When the lease was taken (ms, `performance.now()`): a handover request is honoured only after a
+  /// short hold, so that two nodes that both receive editors cannot bounce a document.
+  leasedAt = 0;
+  /// When the lease was last renewed (ms, `performance.now()`).
+  leaseRenewedAt = 0;
 
   private readonly authority: Authority;
   private readonly store: Store;
@@ -266,15 +274,23 @@ export class Room {
     const started = performance.now();
     this.clearSnapshotTimer();
     this.snapshotting = this.store
-      .snapshot(this.docId, {
-        doc,
-        version,
-        epoch: this.epoch,
-        schemaVersion: this.options.schemaVersion,
-        savedAt: Date.now(),
-      })
+      .snapshot(
+        this.docId,
+        {
+          doc,
+          version,
+          epoch: this.epoch,
+          schemaVersion: this.options.schemaVersion,
+          savedAt: Date.now(),
+        },
+        this.lease?.token,
+      )
       .then(
         (outcome) => {
+          if (!outcome.ok && outcome.reason === 'lost') {
+            this.moved('the store refused a snapshot: the lease is gone');
+            return false;
+          }
           if (outcome.ok || outcome.reason === 'outdated') {
             this.snapshotVersion = Math.max(this.snapshotVersion, version);
             this.lastSnapshotAt = this.now();
@@ -364,10 +380,17 @@ export class Room {
       }
     }
     this.store
-      .append(this.docId, { epoch: this.epoch, baseVersion, steps, clientIDs })
+      .append(this.docId, {
+        epoch: this.epoch,
+        baseVersion,
+        steps,
+        clientIDs,
+        ...(this.lease ? { lease: this.lease.token } : {}),
+      })
       .then(
         (outcome) => {
           if (outcome.ok) this.publish(group, steps, clientIDs);
+          else if (outcome.reason === 'lost') this.lostLease(group);
           else this.conflict(group, outcome.version);
         },
         (err: unknown) => this.appendFailed(group, err),
@@ -446,6 +469,25 @@ export class Room {
     // This copy is behind the store. Its sockets rejoin and load the stored document, which
     // answers them with the missing steps (or the whole document).
     this.leave('stale', 'The document changed elsewhere: rejoin');
+  }
+
+  /// The store refused an append because the lease is gone (expired while this process was
+  /// cut off, and taken by another): nothing of the group was written. Everything pending is
+  /// refused `moved` and the editors go to the node that holds the document now.
+  private lostLease(group: PendingBatch[]): void {
+    const refused = group.concat(this.pending);
+    this.pending = [];
+    this.flushing = false;
+    this.refuseAll(refused, 'moved', this.publishedVersion);
+    this.moved('the store refused an append: the lease is gone');
+  }
+
+  /// Stops serving because another process owns the document now (the lease was lost, or
+  /// handed over): the editors are sent away with `moved` and reconnect through the gateway.
+  moved(reason: string): void {
+    if (this.state === 'closed') return;
+    this.log.warn({ doc: this.docId, version: this.publishedVersion, reason }, 'document moved');
+    this.leave('moved');
   }
 
   /// Closes the room, sends its sockets away with `code` and tells the registry.

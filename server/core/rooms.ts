@@ -14,7 +14,13 @@ import {
 import { nodeStats } from './doc_check.js';
 import { measureJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';
-import { StoreUnavailableError, type Store, type StoredDocument } from '../stores/store.js';
+import {
+  StoreUnavailableError,
+  type Lease,
+  type LeaseStore,
+  type Store,
+  type StoredDocument,
+} from '../stores/store.js';
 
 /// Settings of the registry and the rooms it makes.
 export interface RoomsOptions extends RoomOptions, AuthorityLimits {
@@ -29,11 +35,27 @@ export interface RoomsOptions extends RoomOptions, AuthorityLimits {
 /// refuse something (`forbidden`, say) becomes one.
 export class CodedError extends Error {
   readonly code: ErrorCode;
-  constructor(code: ErrorCode, message?: string, options?: { cause?: unknown }) {
+  /// For retryable codes, when the server knows: how long to wait before trying again.
+  readonly retryAfterMs: number | undefined;
+  constructor(
+    code: ErrorCode,
+    message?: string,
+    options?: { cause?: unknown; retryAfterMs?: number },
+  ) {
     super(message ?? code, options);
     this.name = 'CodedError';
     this.code = code;
+    this.retryAfterMs = options?.retryAfterMs;
   }
+}
+
+/// Document ownership among processes sharing one store (see `LeaseStore`).
+export interface LeaseOptions {
+  store: LeaseStore;
+  /// This process: `<node id>/<instance>`, unique per process, so that a new process of the
+  /// same node (a deploy) is another holder and takes documents over cleanly.
+  holder: string;
+  ttlMs: number;
 }
 
 /// Thrown when a stored document cannot be turned back into a document: a snapshot written by
@@ -102,6 +124,11 @@ export class Rooms {
   private readonly hooks: RoomHooks;
   private readonly log: Logger;
   private readonly options: RoomsOptions;
+  private readonly leases: LeaseOptions | null;
+  private renewTimer: NodeJS.Timeout | null = null;
+  private renewing = false;
+  /// False while lease renewals fail (the store cannot be reached): `/readyz` reports it.
+  leasesHealthy = true;
   private closing = false;
 
   constructor(deps: {
@@ -113,6 +140,7 @@ export class Rooms {
     log: Logger;
     options: RoomsOptions;
     hooks?: RoomHooks;
+    leases?: LeaseOptions | null;
   }) {
     this.store = deps.store;
     this.schema = deps.schema;
@@ -121,6 +149,12 @@ export class Rooms {
     this.hooks = deps.hooks ?? {};
     this.log = deps.log;
     this.options = deps.options;
+    this.leases = deps.leases ?? null;
+    if (this.leases) {
+      // Three renewals per lease time: one lost answer does not lose the lease.
+      this.renewTimer = setInterval(() => void this.renewLeases(), this.leases.ttlMs / 3);
+      this.renewTimer.unref();
+    }
   }
 
   /// Rooms held in memory now.
@@ -203,8 +237,11 @@ export class Rooms {
     return failed;
   }
 
-  /// Closes every room and forgets it; pending timers are cleared.
-  closeAll(): void {
+  /// Closes every room and forgets it; pending timers are cleared. Returns the rooms closed
+  /// (their leases are still held: `releaseAll` frees them).
+  closeAll(): Room[] {
+    if (this.renewTimer) clearInterval(this.renewTimer);
+    this.renewTimer = null;
     for (const timer of this.unloadTimers.values()) clearTimeout(timer);
     this.unloadTimers.clear();
     const closed = [...this.rooms.values()];
@@ -213,11 +250,34 @@ export class Rooms {
       room.close();
       this.hooks.unloaded?.(room);
     }
+    return closed;
   }
 
   private async load(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     if (this.closing) throw new StoreUnavailableError('shutting down');
     await this.makeSpace(docId);
+    // The lease first: what is loaded after it is the newest state, since no other process
+    // can append once it is ours.
+    const lease = this.leases ? await this.acquire(docId) : null;
+    let room: Room | null = null;
+    try {
+      room = await this.loadHeld(docId, create, lease);
+      return room;
+    } finally {
+      // Not serving it after all (absent, damaged, refused): let another process have it now
+      // rather than when the lease expires.
+      if (lease && room === null && this.leases) {
+        this.leases.store.release(docId, lease).catch(() => {});
+      }
+    }
+  }
+
+  /// The rest of `load`, once the lease (if any) is held.
+  private async loadHeld(
+    docId: string,
+    create: boolean | CreatePermit,
+    lease: Lease | null,
+  ): Promise<Room | null> {
     let stored: StoredDocument | null;
     try {
       stored = await this.store.load(docId);
@@ -243,6 +303,10 @@ export class Rooms {
       room = this.makeRoom(docId, randomUUID(), authority, 0);
     } else {
       return null;
+    }
+    if (lease) {
+      room.lease = lease;
+      room.leasedAt = room.leaseRenewedAt = performance.now();
     }
     if (this.hooks.loaded) {
       try {
@@ -318,6 +382,88 @@ export class Rooms {
       'document quarantined: its stored data cannot be loaded; other documents are unaffected',
     );
     return error;
+  }
+
+  /// Takes `docId`'s lease, or asks its holder to hand it over and rejects with `moved` (retry
+  /// once the holder let go: at most the lease's remaining time, and usually one renewal).
+  private async acquire(docId: string): Promise<Lease> {
+    const { store, holder, ttlMs } = this.leases!;
+    const outcome = await store.acquire(docId, holder, ttlMs);
+    if (outcome.ok) return outcome.lease;
+    await store.requestHandover(docId, holder, 2 * ttlMs);
+    throw new CodedError('moved', `This document is served by ${outcome.holder} now`, {
+      retryAfterMs: Math.min(outcome.remainingMs, Math.ceil(ttlMs / 3)) + 100,
+    });
+  }
+
+  /// Renews the lease of every loaded room, one store call each, all at once. A lease found
+  /// lost closes its room (`moved`); one another process asked for is handed over after a
+  /// short hold; one that could not be renewed for a whole lease time is given up, since this
+  /// process can no longer know it still holds it (its writes would be refused anyway).
+  private async renewLeases(): Promise<void> {
+    if (this.renewing || this.closing || !this.leases) return;
+    this.renewing = true;
+    const { store, holder, ttlMs } = this.leases;
+    let healthy = true;
+    try {
+      await Promise.all(
+        [...this.rooms.values()].map(async (room) => {
+          if (!room.lease || room.state !== 'open' || this.evicting.has(room)) return;
+          let outcome;
+          try {
+            outcome = await store.renew(room.docId, holder, room.lease, ttlMs);
+          } catch (err) {
+            healthy = false;
+            if (performance.now() - room.leaseRenewedAt > ttlMs) {
+              room.moved('the lease could not be renewed in time');
+            } else {
+              this.log.warn({ doc: room.docId, err }, 'lease renewal failed; retrying');
+            }
+            return;
+          }
+          room.leaseRenewedAt = performance.now();
+          if (outcome === 'lost') room.moved('the lease was lost');
+          else if (outcome === 'wanted' && performance.now() - room.leasedAt >= ttlMs) {
+            await this.handOver(room);
+          }
+        }),
+      );
+    } finally {
+      this.leasesHealthy = healthy;
+      this.renewing = false;
+    }
+  }
+
+  /// Gives a document to the process that asked for it: what is pending is journaled, a
+  /// snapshot written (so the next holder replays little), the editors sent away with `moved`
+  /// (they reconnect through the gateway, to the node that routes there now), the lease freed.
+  private async handOver(room: Room): Promise<void> {
+    this.evicting.add(room);
+    try {
+      await room.whenIdle();
+      await room.snapshot();
+      room.moved('handed over to the process that asked for it');
+      await this.releaseLease(room);
+    } finally {
+      this.evicting.delete(room);
+    }
+  }
+
+  /// Frees `room`'s lease if it has one (best effort: it expires by itself otherwise).
+  private async releaseLease(room: Room): Promise<void> {
+    const lease = room.lease;
+    if (!lease || !this.leases) return;
+    room.lease = null;
+    try {
+      await this.leases.store.release(room.docId, lease);
+    } catch (err) {
+      this.log.warn({ doc: room.docId, err }, 'lease release failed; it will expire');
+    }
+  }
+
+  /// Frees every lease held, for shutdown (after `flushAll` and `closeAll`).
+  async releaseAll(rooms: readonly Room[]): Promise<void> {
+    await Promise.all(rooms.map((room) => this.releaseLease(room)));
   }
 
   /// A new document: the schema's smallest valid one (one empty paragraph in ours).
@@ -471,6 +617,7 @@ export class Rooms {
     }
     this.rooms.delete(room.docId);
     room.close();
+    await this.releaseLease(room);
     this.log.debug({ doc: room.docId, version: room.publishedVersion }, 'document unloaded');
     this.hooks.unloaded?.(room);
   }

@@ -12,7 +12,6 @@ import {
 import type { Admission } from './admission.js';
 import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
 import { dropIfSlow, watchSlowConsumers } from './outbound.js';
-import { CreationRateError } from '../core/rooms.js';
 import { TokenBucket } from './token_bucket.js';
 import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
@@ -268,7 +267,8 @@ export function attachProtocol(
                 log.warn({ doc: socket.data.docId, err }, 'document load failed');
               }
               const body = refusal(code, (err as Error)?.message);
-              if (err instanceof CreationRateError) body.retryAfterMs = err.retryAfterMs;
+              const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+              if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
               ack(body);
             },
           );

@@ -10,13 +10,26 @@ export interface DocKeys {
   journal: string;
   /// String: the newest snapshot as JSON.
   snapshot: string;
+  /// String with an expiry: the lease, `<holder>#<fence>` of the process serving the document.
+  lease: string;
+  /// Counter: the last fencing number handed out for this document (never reset).
+  fence: string;
+  /// String with an expiry: the holder of another process that asked for the document.
+  wanted: string;
 }
 
-/// The one place where Redis keys are built: `<prefix>{<docId>}:meta`, `:journal` and
-/// `:snapshot`. Returns the keys; throws a `TypeError` for a document id outside
+/// The one place where Redis keys are built: `<prefix>{<docId>}:meta`, `:journal`,
+/// `:snapshot`, `:lease`, `:fence` and `:wanted`. Returns the keys; throws a `TypeError` for a document id outside
 /// `docIdPattern` (such an id, with a `}` in it, would break the hash tag).
 export function docKeys(prefix: string, docId: string): DocKeys {
   if (!docIdPattern.test(docId)) throw new TypeError(`invalid document id: ${docId}`);
   const base = `${prefix}{${docId}}:`;
-  return { meta: base + 'meta', journal: base + 'journal', snapshot: base + 'snapshot' };
+  return {
+    meta: base + 'meta',
+    journal: base + 'journal',
+    snapshot: base + 'snapshot',
+    lease: base + 'lease',
+    fence: base + 'fence',
+    wanted: base + 'wanted',
+  };
 }

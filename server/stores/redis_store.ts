@@ -7,6 +7,7 @@ import {
   type AppendOutcome,
   type AppendRequest,
   type JournalEntry,
+  type LeaseStore,
   type Snapshot,
   type SnapshotOutcome,
   type Store,
@@ -43,10 +44,13 @@ const maxReconnectDelayMs = 2000;
 // of decoding (with cjson, in Redis's single thread) whole entries full of steps. JSON.stringify
 // never emits a raw newline, so the first newline is always the separator.
 
-// KEYS: meta, journal. ARGV: epoch, baseVersion, endVersion, encoded entry.
-// Returns {1, version} when appended, {0, storedVersion, storedEpoch} on conflict ('' when the
-// document does not exist). Never returns a Lua false: RESP3 would turn it into a boolean.
+// KEYS: meta, journal, lease. ARGV: epoch, baseVersion, endVersion, encoded entry, lease token
+// ('' for none). Returns {1, version} when appended, {0, storedVersion, storedEpoch} on
+// conflict ('' when the document does not exist), {2} when the lease is not (or no longer) the
+// writer's: the fencing that keeps a process that lost its lease from writing. Never returns a
+// Lua false: RESP3 would turn it into a boolean.
 const appendScript = `
+if ARGV[5] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[5] then return {2} end
 local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch')
 local base = tonumber(ARGV[2])
 if not meta[1] then
@@ -59,10 +63,11 @@ redis.call('HSET', KEYS[1], 'version', ARGV[3], 'epoch', ARGV[1])
 return {1, tonumber(ARGV[3])}
 `;
 
-// KEYS: meta, journal, snapshot. ARGV: epoch, snapshot version, snapshot JSON.
-// Returns 'ok', 'conflict' or 'outdated' (the meanings of `SnapshotOutcome`). Trims in chunks
-// with LRANGE + LTRIM rather than one LPOP per entry.
+// KEYS: meta, journal, snapshot, lease. ARGV: epoch, snapshot version, snapshot JSON, lease
+// token ('' for none). Returns 'ok', 'conflict', 'outdated' or 'lost' (the meanings of
+// `SnapshotOutcome`). Trims in chunks with LRANGE + LTRIM rather than one LPOP per entry.
 const snapshotScript = `
+if ARGV[4] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[4] then return 'lost' end
 local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch', 'snapshotVersion')
 local sv = tonumber(ARGV[2])
 if not meta[1] then
@@ -100,6 +105,40 @@ local snapshot = redis.call('GET', KEYS[3]) or ''
 return {meta[1], meta[2], snapshot, redis.call('LRANGE', KEYS[2], 0, -1)}
 `;
 
+// KEYS: lease, fence, wanted. ARGV: holder, ttl (ms). A holder that already has the lease
+// gets it back (extended); otherwise it is taken only when free, with the next fencing number.
+// Returns {1, token} or {0, current token, remaining ms}.
+const acquireScript = `
+local current = redis.call('GET', KEYS[1])
+if current then
+  if string.sub(current, 1, #ARGV[1] + 1) == ARGV[1] .. '#' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, current}
+  end
+  return {0, current, redis.call('PTTL', KEYS[1])}
+end
+local token = ARGV[1] .. '#' .. redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+return {1, token}
+`;
+
+// KEYS: lease, wanted. ARGV: token, ttl (ms), holder. Returns 'held', 'wanted' (another holder
+// asked for the document) or 'lost'.
+const renewScript = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'lost' end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local wanted = redis.call('GET', KEYS[2])
+if wanted and wanted ~= ARGV[3] then return 'wanted' end
+return 'held'
+`;
+
+// KEYS: lease. ARGV: token. Deletes the lease only if it is still this one.
+const releaseScript = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 'ok'
+`;
+
 type RedisClient = ReturnType<typeof createClient>;
 
 interface Script {
@@ -115,6 +154,9 @@ const scripts = {
   append: script(appendScript),
   snapshot: script(snapshotScript),
   load: script(loadScript),
+  acquire: script(acquireScript),
+  renew: script(renewScript),
+  release: script(releaseScript),
 };
 
 // Redis answers that mean "not now" rather than "your script is wrong": out of memory under
@@ -236,26 +278,74 @@ export class RedisStore implements Store {
     const end = entryEnd(entry);
     const reply = await this.run(
       scripts.append,
-      [keys.meta, keys.journal],
-      [request.epoch, String(request.baseVersion), String(end), `${end}\n${JSON.stringify(entry)}`],
+      [keys.meta, keys.journal, keys.lease],
+      [
+        request.epoch,
+        String(request.baseVersion),
+        String(end),
+        `${end}\n${JSON.stringify(entry)}`,
+        request.lease ?? '',
+      ],
     );
     if (!Array.isArray(reply)) throw new TypeError('redis store: unexpected append reply');
     if (reply[0] === 1) return { ok: true, version: Number(reply[1]) };
+    if (reply[0] === 2) return { ok: false, reason: 'lost' };
     const epoch = reply[2] === '' || reply[2] == null ? null : String(reply[2]);
     return { ok: false, reason: 'conflict', version: Number(reply[1]), epoch };
   }
 
-  async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
+  async snapshot(docId: string, snapshot: Snapshot, lease?: string): Promise<SnapshotOutcome> {
     const keys = docKeys(this.keyPrefix, docId);
     const reply = await this.run(
       scripts.snapshot,
-      [keys.meta, keys.journal, keys.snapshot],
-      [snapshot.epoch, String(snapshot.version), JSON.stringify(snapshot)],
+      [keys.meta, keys.journal, keys.snapshot, keys.lease],
+      [snapshot.epoch, String(snapshot.version), JSON.stringify(snapshot), lease ?? ''],
     );
     if (reply === 'ok') return { ok: true };
-    if (reply === 'conflict' || reply === 'outdated') return { ok: false, reason: reply };
+    if (reply === 'conflict' || reply === 'outdated' || reply === 'lost') {
+      return { ok: false, reason: reply };
+    }
     throw new TypeError('redis store: unexpected snapshot reply');
   }
+
+  /// Document leases in the same Redis (see `LeaseStore`): one script per call, so that the
+  /// check and the change are one step for every process sharing the Redis.
+  readonly leases: LeaseStore = {
+    acquire: async (docId, holder, ttlMs) => {
+      const keys = docKeys(this.keyPrefix, docId);
+      const reply = await this.run(
+        scripts.acquire,
+        [keys.lease, keys.fence, keys.wanted],
+        [holder, String(ttlMs)],
+      );
+      if (!Array.isArray(reply)) throw new TypeError('redis store: unexpected acquire reply');
+      const token = String(reply[1]);
+      if (reply[0] === 1) return { ok: true, lease: { token, fence: fenceOf(token) } };
+      return {
+        ok: false,
+        holder: token.slice(0, token.lastIndexOf('#')),
+        remainingMs: Math.max(0, Number(reply[2])),
+      };
+    },
+    renew: async (docId, holder, lease, ttlMs) => {
+      const keys = docKeys(this.keyPrefix, docId);
+      const reply = await this.run(
+        scripts.renew,
+        [keys.lease, keys.wanted],
+        [lease.token, String(ttlMs), holder],
+      );
+      if (reply === 'held' || reply === 'wanted' || reply === 'lost') return reply;
+      throw new TypeError('redis store: unexpected renew reply');
+    },
+    release: async (docId, lease) => {
+      const keys = docKeys(this.keyPrefix, docId);
+      await this.run(scripts.release, [keys.lease], [lease.token]);
+    },
+    requestHandover: async (docId, holder, ttlMs) => {
+      const keys = docKeys(this.keyPrefix, docId);
+      await this.command(['SET', keys.wanted, holder, 'PX', String(ttlMs)]);
+    },
+  };
 
   /// Waits (at most `commandTimeoutMs`) for commands already sent, then disconnects. Resolves
   /// in every case: a store that is shutting down has nobody to report to.
@@ -402,4 +492,9 @@ function unavailable(error: unknown): never {
   if (error instanceof ErrorReply && !unavailableReplies.test(error.message)) throw error;
   const message = error instanceof Error ? error.message : String(error);
   throw new StoreUnavailableError(`redis unavailable: ${message}`, { cause: error });
+}
+
+/// The fencing number at the end of a lease token (`<holder>#<fence>`).
+function fenceOf(token: string): number {
+  return Number(token.slice(token.lastIndexOf('#') + 1));
 }

@@ -26,18 +26,24 @@ export interface JournalEntry {
 /// two processes from both extending one version of a document.
 export interface AppendRequest extends JournalEntry {
   epoch: string;
+  /// The writer's lease token (`Lease.token`), with a store that has leases: the append is
+  /// refused (`lost`) unless that lease is still the document's, whatever the versions say.
+  lease?: string;
 }
 
 /// The outcome of an append. `conflict` means another writer got there first (or the document
 /// was restored): drop the in-memory copy and reload.
 export type AppendOutcome =
   | { ok: true; version: number }
-  | { ok: false; reason: 'conflict'; version: number; epoch: string | null };
+  | { ok: false; reason: 'conflict'; version: number; epoch: string | null }
+  | { ok: false; reason: 'lost' };
 
 /// The outcome of a snapshot write. `conflict`: the stored document is of another epoch or
 /// behind the snapshot (it was never journaled). `outdated`: a newer snapshot is already stored;
 /// nothing was written, and nothing needs to be.
-export type SnapshotOutcome = { ok: true } | { ok: false; reason: 'conflict' | 'outdated' };
+/// `lost`: the writer's lease is no longer the document's (see `AppendRequest.lease`).
+export type SnapshotOutcome =
+  { ok: true } | { ok: false; reason: 'conflict' | 'outdated' | 'lost' };
 
 /// What `load` returns: the newest snapshot (null when none was written yet) and the journal
 /// entries after it, in order, ending at `version`.
@@ -57,6 +63,32 @@ export class StoreUnavailableError extends Error {
   }
 }
 
+/// A document lease this process holds. `token` (`<holder>#<fence>`) goes into every append
+/// and snapshot, which the store refuses once another process took the lease: a process that
+/// lost its lease cannot write, even before it notices.
+export interface Lease {
+  token: string;
+  fence: number;
+}
+
+/// Where an `acquire` stands: the lease, or who holds it and for how long still.
+export type AcquireOutcome =
+  { ok: true; lease: Lease } | { ok: false; holder: string; remainingMs: number };
+
+/// What a renewal found: still ours; ours, but another process asked for the document
+/// (`requestHandover`); or gone (expired, or taken).
+export type RenewOutcome = 'held' | 'wanted' | 'lost';
+
+/// Document leases, for stores shared by several processes (Redis): one process serves a
+/// document at a time. `holder` names a process: `<node id>/<instance>`, unique per process.
+export interface LeaseStore {
+  acquire(docId: string, holder: string, ttlMs: number): Promise<AcquireOutcome>;
+  renew(docId: string, holder: string, lease: Lease, ttlMs: number): Promise<RenewOutcome>;
+  release(docId: string, lease: Lease): Promise<void>;
+  /// Asks the holder to hand the document over (it sees `wanted` at its next renewal).
+  requestHandover(docId: string, holder: string, ttlMs: number): Promise<void>;
+}
+
 /// Persistence for documents: a snapshot plus a write-ahead journal of steps. Implementations
 /// (memory, file, Redis) pass the same contract tests. Expected refusals are returned as
 /// outcomes; I/O failures reject with `StoreUnavailableError`.
@@ -69,7 +101,10 @@ export interface Store {
   append(docId: string, request: AppendRequest): Promise<AppendOutcome>;
   /// Stores a snapshot and trims the journal entries it covers. Fenced: refused unless the
   /// journal has reached `snapshot.version` in the same epoch; never replaces a newer snapshot.
-  snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome>;
+  /// With `lease` (a `Lease.token`), refused (`lost`) unless that lease is still the document's.
+  snapshot(docId: string, snapshot: Snapshot, lease?: string): Promise<SnapshotOutcome>;
   /// Releases connections and handles. The store is unusable afterwards.
   close(): Promise<void>;
+  /// Present on stores that several processes share (Redis).
+  readonly leases?: LeaseStore;
 }

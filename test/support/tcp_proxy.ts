@@ -17,9 +17,13 @@ export class TcpProxy {
   private readonly sockets = new Set<Socket>();
   private readonly links = new Set<{ dead: boolean }>();
 
+  /// Where new connections go (`retarget` changes it; open connections stay where they are).
+  private targetPort: number;
+
   constructor(targetPort: number) {
+    this.targetPort = targetPort;
     this.server = createServer((client) => {
-      const upstream = createConnection({ host: '127.0.0.1', port: targetPort });
+      const upstream = createConnection({ host: '127.0.0.1', port: this.targetPort });
       const link = { dead: this.isCut };
       this.sockets.add(client).add(upstream);
       this.links.add(link);
@@ -64,6 +68,12 @@ export class TcpProxy {
   /// black-holed by `cut` stay dead, as they would after a real outage.
   heal(): void {
     this.isCut = false;
+  }
+
+  /// Sends new connections to `port` from now on, as a router does when its routes change;
+  /// connections already open stay with their server.
+  retarget(port: number): void {
+    this.targetPort = port;
   }
 
   /// Closes the listener and every connection.
