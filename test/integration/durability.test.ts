@@ -297,6 +297,55 @@ describe('durability (real Redis, server child processes)', () => {
     }
   });
 
+  it('deploy overlap: a new process of the same node takes the documents over while the old one drains; nobody diverges, nothing acknowledged is lost', async () => {
+    const docIds = [`deploy-${randomUUID()}`, `deploy-${randomUUID()}`];
+    const env = { REDIS_URL: redisUrl, LEASE_MS: '1000', NODE_ID: 'node-1', ...keepJournal };
+    const old = await startServerProcess(env);
+    const route = new TcpProxy(old.port);
+    await route.start();
+    const acked: Acked[] = [];
+    const editors = docIds.flatMap((docId, d) =>
+      trackedEditors(() => `http://127.0.0.1:${route.port}`, docId, 3, acked, `deploy-${d}`),
+    );
+    let fresh: Awaited<ReturnType<typeof startServerProcess>> | null = null;
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      const editing = Promise.all(
+        editors.map((editor, i) => editRandomly(editor, new Random(300 + i), 80, 40)),
+      );
+      await delay(500);
+      // The new process starts, the route sends new connections to it, and the old one keeps
+      // serving its editors for a while before it is told to stop (as a platform's deploy
+      // does: start the new instance, shift traffic, SIGTERM the old one).
+      fresh = await startServerProcess(env);
+      route.retarget(fresh.port);
+      await delay(1500);
+      await old.stop('SIGTERM');
+      await editing;
+      await waitFor(
+        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+        'editors to settle',
+        30_000,
+      );
+      for (const [d, docId] of docIds.entries()) {
+        const stored = (await store.load(docId))!;
+        const doc = reconstruct(stored);
+        for (const editor of editors.filter((e) => e.docId === docId)) {
+          assert.equal(editor.version, stored.version, `${editor.clientID} at the stored version`);
+          assert.ok(editor.state!.doc.eq(doc), `${editor.clientID} equals the stored document`);
+        }
+        const mine = acked.filter((batch) => batch.clientID.startsWith(`deploy-${d}`));
+        assert.ok(mine.length > 0);
+        for (const batch of mine) assert.ok(batch.version <= stored.version);
+      }
+      assert.doesNotMatch(old.output() + fresh.output(), /journal conflict/);
+    } finally {
+      await closeAll(editors);
+      await fresh?.stop('SIGTERM');
+      await route.stop();
+    }
+  });
+
   it('two processes on one Redis: one serves the document at a time; when the routes converge every editor ends on one, equal to the store, nothing acknowledged lost', async () => {
     const docId = `two-${randomUUID()}`;
     const env = { REDIS_URL: redisUrl, LEASE_MS: '1000', ...keepJournal };
