@@ -1,5 +1,5 @@
 import { collab, getVersion, receiveTransaction, sendableSteps } from 'prosemirror-collab';
-import { Node } from 'prosemirror-model';
+import { Node, type Schema } from 'prosemirror-model';
 import { EditorState, TextSelection, type Plugin, type Transaction } from 'prosemirror-state';
 import { Step, type StepMap } from 'prosemirror-transform';
 import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
@@ -8,7 +8,7 @@ import {
   errors,
   isErrorCode,
   rebaseSteps,
-  schema,
+  schema as builtInSchema,
   type ClientToServerEvents,
   type ClosingNotice,
   type ErrorBody,
@@ -27,9 +27,17 @@ export type CollabStatus = 'connecting' | 'synced' | 'sending' | 'offline' | 'fa
 
 /// Options of a `CollabClient`.
 export interface CollabClientOptions {
-  /// The server's base URL, e.g. `http://localhost:4000`.
+  /// The server's base URL, e.g. `http://localhost:4000` (with a namespace path when the
+  /// host serves the protocol in one, e.g. `https://app.example/collab`).
   url: string;
   docId: string;
+  /// The schema the server uses; the built-in one (`scriptorium/schema`) when omitted.
+  schema?: Schema;
+  /// The credential the server checks, sent as the handshake's `auth.token`. A function is
+  /// called again for every (re)connection, so it can return a fresh token: after the server
+  /// refuses a batch as `unauthorized` (the token expired), the client reconnects with a new
+  /// one and sends its unconfirmed steps again.
+  token?: string | (() => string | Promise<string>);
   /// Stable for one editor session; generated when omitted.
   clientID?: string;
   /// More plugins for the editor state (history, presence, keymaps). The collab plugin is
@@ -67,6 +75,7 @@ export interface CollabClientOptions {
 export class CollabClient {
   readonly clientID: string;
   readonly docId: string;
+  readonly schema: Schema;
   readonly socket: Socket<ServerToClientEvents, ClientToServerEvents>;
   /// Null until the first join has answered.
   state: EditorState | null = null;
@@ -113,6 +122,7 @@ export class CollabClient {
   constructor(options: CollabClientOptions) {
     this.options = options;
     this.docId = options.docId;
+    this.schema = options.schema ?? builtInSchema;
     this.clientID = options.clientID ?? randomClientID();
     this.plugins = options.plugins ?? [];
     this.socket = io(options.url, {
@@ -122,7 +132,24 @@ export class CollabClient {
       randomizationFactor: options.reconnectJitter ?? 0.5,
       ...options.socketOptions,
       query: { doc: options.docId },
-      auth: { clientID: this.clientID, readOnly: options.readOnly === true },
+      // Socket.io calls the function for every handshake, reconnections included.
+      auth: (send: (auth: Record<string, unknown>) => void) => {
+        const auth: Record<string, unknown> = {
+          clientID: this.clientID,
+          readOnly: options.readOnly === true,
+        };
+        const token = options.token;
+        if (token === undefined) return send(auth);
+        if (typeof token === 'string') return send({ ...auth, token });
+        Promise.resolve()
+          .then(token)
+          .then(
+            (fresh) => send({ ...auth, token: fresh }),
+            // Without a token the server refuses the handshake (`unauthorized`), and the
+            // client tries again later, calling the function again.
+            () => send(auth),
+          );
+      },
     });
     this.socket.on('connect', () => this.onConnect());
     this.socket.on('disconnect', (reason) => this.onDisconnect(reason));
@@ -222,7 +249,7 @@ export class CollabClient {
     const epochChanged = this.epoch !== null && this.epoch !== answer.epoch;
     this.epoch = answer.epoch;
     if ('doc' in answer) {
-      this.reload(Node.fromJSON(schema, answer.doc), answer.version, dropLocal, epochChanged);
+      this.reload(Node.fromJSON(this.schema, answer.doc), answer.version, dropLocal, epochChanged);
     } else {
       this.receive(answer.version, answer.steps, answer.clientIDs);
     }
@@ -235,7 +262,7 @@ export class CollabClient {
     const previous = this.state;
     const local = previous && !dropLocal ? sendableSteps(previous) : null;
     let state = EditorState.create({
-      schema,
+      schema: this.schema,
       doc,
       // Collab first: plugins that read the collab version in their own state (presence) see
       // it already updated for the transaction they apply.
@@ -289,7 +316,7 @@ export class CollabClient {
       let end = start + 1;
       while (end < steps.length && clientIDs[end] === clientIDs[start]) end++;
       const run: Step[] = new Array(end - start);
-      for (let i = start; i < end; i++) run[i - start] = Step.fromJSON(schema, steps[i]);
+      for (let i = start; i < end; i++) run[i - start] = Step.fromJSON(this.schema, steps[i]);
       if (clientIDs[start] === this.clientID) {
         this.lastOwnRun = steps.slice(start, end);
         this.lastOwnRunEnd = base + end;
@@ -336,7 +363,7 @@ export class CollabClient {
     for (let i = 0; i < run.length; i++) over.push(run[i]!.getMap());
     const moved = rebaseSteps(rest, over, doc);
     let next = EditorState.create({
-      schema,
+      schema: this.schema,
       doc,
       plugins: [collab({ version, clientID: this.clientID }), ...this.plugins],
     });
@@ -417,6 +444,20 @@ export class CollabClient {
         return;
       case 'history-gone':
         this.pull(true);
+        return;
+      case 'unauthorized':
+        // The token expired while connected. With a way to get a fresh one, reconnect (the
+        // handshake asks for it) and send the unconfirmed steps again; they are kept.
+        if (typeof this.options.token === 'function') {
+          this.retryTimer = setTimeout(() => {
+            this.retryTimer = null;
+            this.reconnectNow();
+          }, 0);
+          return;
+        }
+        // A fixed token cannot be renewed here: stop, keeping the state and its unconfirmed
+        // steps for the application to save or hand to a new client.
+        this.fail(errorBody('unauthorized', answer.message));
         return;
       default:
         this.handleRefusal(answer, () => this.trySend(), true);
@@ -503,7 +544,9 @@ export class CollabClient {
   private onConnectError(err: Error & { data?: unknown }): void {
     const data = err.data as Partial<ErrorBody> | undefined;
     if (!data || !isErrorCode(data.code)) return; // a transport error: Socket.io retries
-    if (!data.retryable) {
+    // A refused token is worth another try only when the client can get a fresh one.
+    const refreshable = data.code === 'unauthorized' && typeof this.options.token === 'function';
+    if (!data.retryable && !refreshable) {
       this.fail(errorBody(data.code, data.message));
       return;
     }

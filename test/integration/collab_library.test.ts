@@ -16,6 +16,7 @@ import {
   type Authenticate,
   type Collab,
 } from '../../server/index.js';
+import { CollabClient } from '../../client/index.js';
 import { ask } from '../support/socket.js';
 import { waitFor } from '../support/wait.js';
 
@@ -257,6 +258,38 @@ describe('createCollab in a host app', () => {
       assert.equal(answer.ok, true);
     } finally {
       again.close();
+    }
+  });
+
+  it('a CollabClient with a token function reconnects with a fresh token when its own expires, keeping its unconfirmed edits', async () => {
+    let issued = 0;
+    const token = () => {
+      // Each token lives 400 ms.
+      const name = `rotating-${++issued}`;
+      tokens[name] = { user: 'rotor', access: 'write', doc: '*', exp: Date.now() + 400 };
+      return name;
+    };
+    const editor = new CollabClient({ url: host.url, docId: 'doc-rotating', schema, token });
+    try {
+      await editor.ready();
+      const typeText = (text: string) => {
+        const state = editor.state!;
+        editor.dispatch(state.tr.insertText(text, state.doc.content.size - 1));
+      };
+      typeText('one ');
+      await editor.settled();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      // Past the token's expiry: the batch is refused `unauthorized`, the client reconnects,
+      // the function gives a fresh token, and the same steps go through.
+      typeText('two ');
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'resent', 10_000);
+      assert.ok(issued >= 2, `tokens issued: ${issued}`);
+      assert.equal(editor.refusals['unauthorized'], 1);
+      const served = await host.collab.document('doc-rotating');
+      assert.equal(served!.doc.textContent, 'one two ');
+      assert.ok(served!.doc.eq(editor.state!.doc));
+    } finally {
+      editor.close();
     }
   });
 
