@@ -258,7 +258,8 @@ export class Rooms {
     await this.makeSpace(docId);
     // The lease first: what is loaded after it is the newest state, since no other process
     // can append once it is ours.
-    const lease = this.leases ? await this.acquire(docId) : null;
+    // Only an editor (`create`) claims a document held elsewhere: a read must not move it.
+    const lease = this.leases ? await this.acquire(docId, create !== false) : null;
     let room: Room | null = null;
     try {
       room = await this.loadHeld(docId, create, lease);
@@ -384,13 +385,14 @@ export class Rooms {
     return error;
   }
 
-  /// Takes `docId`'s lease, or asks its holder to hand it over and rejects with `moved` (retry
-  /// once the holder let go: at most the lease's remaining time, and usually one renewal).
-  private async acquire(docId: string): Promise<Lease> {
+  /// Takes `docId`'s lease, or (with `claim`) asks its holder to hand it over, and rejects
+  /// with `moved` (retry once the holder let go: at most the lease's remaining time, and
+  /// usually one renewal).
+  private async acquire(docId: string, claim: boolean): Promise<Lease> {
     const { store, holder, ttlMs } = this.leases!;
     const outcome = await store.acquire(docId, holder, ttlMs);
     if (outcome.ok) return outcome.lease;
-    await store.requestHandover(docId, holder, 2 * ttlMs);
+    if (claim) await store.requestHandover(docId, holder, 2 * ttlMs);
     throw new CodedError('moved', `This document is served by ${outcome.holder} now`, {
       retryAfterMs: Math.min(outcome.remainingMs, Math.ceil(ttlMs / 3)) + 100,
     });
