@@ -25,13 +25,11 @@ import type { Store } from './stores/store.js';
 /// The settings `createCollab` takes as `limits`: every setting of the standalone server that
 /// is not about its own process (port, host, store, logging). Same names, defaults and ranges
 /// as the README's table.
-export type CollabLimits = Omit<
-  Config,
-  'port' | 'host' | 'redisUrl' | 'dataDir' | 'store' | 'logLevel' | 'metricsEnabled' | 'nodeId'
->;
+export type CollabLimits = Omit<Config, (typeof standaloneSettings)[number]>;
 
-const processSettings = new Set<string>([
-  'nodeId',
+/// The standalone server's own settings: its process, and its HTTP access control (an
+/// embedding host has its own `authenticate`, origins and metrics routes).
+const standaloneSettings = [
   'port',
   'host',
   'redisUrl',
@@ -39,7 +37,17 @@ const processSettings = new Set<string>([
   'store',
   'logLevel',
   'metricsEnabled',
-]);
+  'nodeId',
+  'authSecret',
+  'authPublicKey',
+  'auth',
+  'nodeEnv',
+  'allowedOrigins',
+  'metricsToken',
+  'metricsDocIds',
+] as const;
+
+const processSettings = new Set<string>(standaloneSettings);
 
 /// A document as the hooks and `document()` see it: the published (durable) state.
 export interface DocumentEvent {

@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
+import { parseOrigins } from './protocol/origins.js';
 
 /// Everything the server can be told, with units in the names. Built once by `loadConfig`,
 /// validated and frozen; nothing else reads `process.env`.
@@ -59,6 +60,21 @@ export interface Config {
   /// How long a document lease lasts without renewal (Redis store): a node that dies holds its
   /// documents this long at most; renewed three times per period.
   leaseMs: number;
+  /// The HS256 secret tokens are signed with (`AUTH_SECRET`), and/or a PEM public key for
+  /// RS256, ES256 or EdDSA tokens (`AUTH_PUBLIC_KEY`). Neither: open mode.
+  authSecret: string | null;
+  authPublicKey: string | null;
+  /// `off` (from `AUTH=off`): open mode on purpose, which `NODE_ENV=production` requires.
+  auth: 'auto' | 'off';
+  /// `NODE_ENV`: `production` refuses to start in open mode unless `auth` is `off`.
+  nodeEnv: string;
+  /// Browser origins admitted besides the server's own (`ALLOWED_ORIGINS`, a comma list).
+  allowedOrigins: string[];
+  /// A bearer token `/metrics` and `/metrics/windows` require (`METRICS_TOKEN`); null: open.
+  metricsToken: string | null;
+  /// Whether document ids appear in metrics output (`METRICS_DOC_IDS=on`); otherwise each is
+  /// shown as a label that stays the same while the process runs but cannot be reversed.
+  metricsDocIds: boolean;
   metricsEnabled: boolean;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 }
@@ -99,6 +115,13 @@ export const defaults: Readonly<Config> = Object.freeze({
   shutdownTimeoutMs: 10_000,
   nodeId: hostname(),
   leaseMs: 5_000,
+  authSecret: null,
+  authPublicKey: null,
+  auth: 'auto',
+  nodeEnv: 'development',
+  allowedOrigins: [],
+  metricsToken: null,
+  metricsDocIds: false,
   metricsEnabled: true,
   logLevel: 'info',
 });
@@ -139,6 +162,13 @@ export const environment = {
   SHUTDOWN_TIMEOUT_MS: 'shutdownTimeoutMs',
   NODE_ID: 'nodeId',
   LEASE_MS: 'leaseMs',
+  AUTH_SECRET: 'authSecret',
+  AUTH_PUBLIC_KEY: 'authPublicKey',
+  AUTH: 'auth',
+  NODE_ENV: 'nodeEnv',
+  ALLOWED_ORIGINS: 'allowedOrigins',
+  METRICS_TOKEN: 'metricsToken',
+  METRICS_DOC_IDS: 'metricsDocIds',
   METRICS: 'metricsEnabled',
   LOG_LEVEL: 'logLevel',
 } as const satisfies Record<string, keyof Config>;
@@ -218,7 +248,16 @@ function parseEnv(name: string, field: keyof Config, raw: string): unknown {
       .map((part) => part.trim())
       .filter((part) => part !== '');
   }
-  if (field === 'metricsEnabled') {
+  if (field === 'allowedOrigins') {
+    try {
+      return parseOrigins(raw);
+    } catch (err) {
+      throw new ConfigError(`${name}: ${(err as Error).message}`);
+    }
+  }
+  // PEM keys in one-line environment variables often carry their newlines as `\n`.
+  if (field === 'authPublicKey') return raw.replace(/\\n/g, '\n');
+  if (field === 'metricsEnabled' || field === 'metricsDocIds') {
     if (raw === 'on' || raw === 'true' || raw === '1') return true;
     if (raw === 'off' || raw === 'false' || raw === '0') return false;
     throw new ConfigError(`${name} must be on or off, got "${raw}"`);
@@ -245,6 +284,39 @@ function validate(config: Config): void {
     throw new ConfigError(
       `NODE_ID must be 1–64 characters of A-Z a-z 0-9 . _ -, got "${config.nodeId}"`,
     );
+  }
+  for (const field of ['authSecret', 'authPublicKey', 'metricsToken'] as const) {
+    const value = config[field];
+    if (value !== null && (typeof value !== 'string' || value === '')) {
+      throw new ConfigError(`${field} must be a non-empty string when set`);
+    }
+  }
+  // A short HS256 secret can be found by brute force from any token it signed.
+  if (config.authSecret !== null && config.authSecret.length < 32) {
+    throw new ConfigError('AUTH_SECRET must be at least 32 characters (e.g. openssl rand -hex 32)');
+  }
+  if (config.authPublicKey !== null && !config.authPublicKey.includes('PUBLIC KEY-----')) {
+    throw new ConfigError('AUTH_PUBLIC_KEY must be a PEM public key (-----BEGIN PUBLIC KEY-----)');
+  }
+  if (config.metricsToken !== null && config.metricsToken.length < 16) {
+    throw new ConfigError('METRICS_TOKEN must be at least 16 characters');
+  }
+  if (config.auth !== 'auto' && config.auth !== 'off') {
+    throw new ConfigError(`AUTH must be off (or unset), got "${config.auth}"`);
+  }
+  const keyed = config.authSecret !== null || config.authPublicKey !== null;
+  if (config.auth === 'off' && keyed) {
+    throw new ConfigError(
+      'AUTH=off contradicts AUTH_SECRET / AUTH_PUBLIC_KEY: set one or the other',
+    );
+  }
+  if (config.nodeEnv === 'production' && !keyed && config.auth !== 'off') {
+    throw new ConfigError(
+      'NODE_ENV=production needs AUTH_SECRET (or AUTH_PUBLIC_KEY): without them anyone can read and write every document. Set AUTH=off to run open on purpose.',
+    );
+  }
+  if (!Array.isArray(config.allowedOrigins)) {
+    throw new ConfigError('allowedOrigins must be a list of origins');
   }
   if (typeof config.dataDir !== 'string' || config.dataDir === '') {
     throw new ConfigError('dataDir must be a directory path');

@@ -19,7 +19,14 @@ try {
   throw err;
 }
 
-const log = pino({ level: config.logLevel, base: { service: 'scriptorium' } });
+const log = pino({ level: config.logLevel, base: { service: 'scriptorium', node: config.nodeId } });
+if (config.authSecret === null && config.authPublicKey === null) {
+  log.warn(
+    config.auth === 'off'
+      ? 'AUTH=off: open mode, anyone who can reach the server may read and write every document'
+      : 'open mode (no AUTH_SECRET): anyone who can reach the server may read and write every document',
+  );
+}
 
 // Kept to ask, at exit, whether file operations are still running (see `exit`).
 let fileStore: FileStore | null = null;

@@ -42,6 +42,7 @@ export function openEditor(
   docId: string,
   identity: Identity,
   elements: EditorElements,
+  token: string | null = null,
 ): Editor {
   const statusBar = new StatusBar(elements.status);
   const people = new PeopleList(elements.people);
@@ -54,6 +55,7 @@ export function openEditor(
   const client = new CollabClient({
     url,
     docId,
+    ...(token === null ? {} : { token }),
     plugins: [presence.plugin, history(), inputRulesPlugin(), ...keymapPlugins(), menuPlugin()],
     onState(state, tr) {
       if (!view) {

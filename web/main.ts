@@ -26,12 +26,18 @@ function main(): void {
   document.title = `${docId} · Scriptorium`;
 
   let identity = loadIdentity();
-  const editor = openEditor(location.origin, docId, identity, {
-    editor: element('editor'),
-    status: element('status'),
-    people: element('people'),
-    notice,
-  });
+  const editor = openEditor(
+    location.origin,
+    docId,
+    identity,
+    {
+      editor: element('editor'),
+      status: element('status'),
+      people: element('people'),
+      notice,
+    },
+    tokenFromFragment(),
+  );
   window.__scriptorium = editor;
 
   const nameInput = element('name') as HTMLInputElement;
@@ -46,6 +52,13 @@ function main(): void {
     saveIdentity(identity);
     editor.setIdentity(identity);
   });
+}
+
+/// The access token, from the address's fragment (`/d/<id>#token=…`): a fragment never
+/// reaches the server, so the token stays out of its logs and of proxies' logs.
+function tokenFromFragment(): string | null {
+  const token = new URLSearchParams(location.hash.slice(1)).get('token');
+  return token === null || token === '' ? null : token;
 }
 
 main();

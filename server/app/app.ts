@@ -1,6 +1,7 @@
 import { createServer, type Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
+import { Gauge } from 'prom-client';
 import { Server } from 'socket.io';
 import { createMetricsRegistry, MetricsRecorder } from '../../metrics/index.js';
 import type { Config } from '../config.js';
@@ -10,6 +11,14 @@ import { metricsRouter } from './metrics_http.js';
 import { registerRoomMetrics } from '../core/room_metrics.js';
 import type { Rooms } from '../core/rooms.js';
 import { createCollab, type Collab } from '../collab.js';
+import {
+  docIdRedactor,
+  documentReadGuard,
+  metricsGuard,
+  originCheck,
+  tokenAuthenticate,
+  verifierFor,
+} from './access.js';
 import type { Store } from '../stores/store.js';
 import { createWebRouter } from './web.js';
 
@@ -48,8 +57,17 @@ export function createScriptorium(
     logLevel,
     metricsEnabled,
     nodeId,
+    authSecret,
+    authPublicKey,
+    auth,
+    nodeEnv,
+    allowedOrigins,
+    metricsToken,
+    metricsDocIds,
     ...limits
   } = config;
+  const verifier = verifierFor(config);
+  const redact = metricsDocIds ? null : docIdRedactor();
   const metrics: MetricsRecorder =
     deps.metrics ??
     new MetricsRecorder(
@@ -62,12 +80,14 @@ export function createScriptorium(
     metrics,
     limits,
     nodeId,
+    ...(verifier ? { authenticate: tokenAuthenticate(verifier) } : {}),
   });
   const app = createHttpApp({
     rooms: collab.rooms,
     storeKind: store.kind,
     draining: () => collab.draining,
     sockets: () => collab.editors,
+    readGuard: verifier ? documentReadGuard(verifier) : null,
     notReady: async () => {
       if (collab.draining) return 'shutting down';
       if (!collab.rooms.leasesHealthy) return 'document leases cannot be renewed';
@@ -83,17 +103,37 @@ export function createScriptorium(
   });
   const registry = createMetricsRegistry(metrics);
   registerRoomMetrics(registry, collab.rooms);
-  app.use(metricsRouter(metrics, registry));
+  // Which node this is, for dashboards over several nodes (each node is scraped on its own).
+  new Gauge({
+    name: 'scriptorium_node_info',
+    help: 'Always 1; its node label is this node (NODE_ID)',
+    labelNames: ['node'],
+    registers: [registry],
+  }).set({ node: nodeId }, 1);
+  app.use(
+    metricsRouter(metrics, registry, {
+      guard: metricsToken ? metricsGuard(metricsToken) : null,
+      redact,
+    }),
+  );
   app.use(createWebRouter());
   finishHttpApp(app);
   const http = createServer(app);
-  const io: ScriptoriumServer = new Server(http, collab.socketOptions);
+  const io: ScriptoriumServer = new Server(http, {
+    ...collab.socketOptions,
+    // Browsers: only the server's own origin and ALLOWED_ORIGINS may open sockets (and make
+    // cross-origin polling requests); clients without an Origin are not browsers.
+    allowRequest: originCheck(allowedOrigins),
+    ...(allowedOrigins.length > 0 ? { cors: { origin: allowedOrigins } } : {}),
+  });
   collab.attach(io);
   // One line per window, in the units of /metrics/windows. A throwing logger must not break
   // the window timer.
   metrics.onWindow((window) => {
+    // Nothing happened: no line (an idle server's log stays quiet).
+    if (window.batchesReceived === 0) return;
     try {
-      log.info({ window }, 'metrics window');
+      log.info({ window: redact ? redact(window) : window }, 'metrics window');
     } catch {
       // Logging is best effort.
     }

@@ -1,4 +1,10 @@
-import express, { type Express, type NextFunction, type Request, type Response } from 'express';
+import express, {
+  type Express,
+  type NextFunction,
+  type Request,
+  type RequestHandler,
+  type Response,
+} from 'express';
 import helmet from 'helmet';
 import { docIdPattern, errorBody, type ErrorCode } from '../../schema/index.js';
 import { loadFailureCode } from '../protocol/guard.js';
@@ -13,6 +19,8 @@ export interface HttpContext {
   /// Why the server should not be sent traffic now (the store does not answer, leases cannot
   /// be renewed, shutting down), or null when it is ready.
   notReady: () => Promise<string | null>;
+  /// Checks a `GET /docs/:id` request before it is answered (a bearer token); none: open.
+  readGuard?: RequestHandler | null;
 }
 
 const statusOf: Partial<Record<ErrorCode, number>> = {
@@ -26,6 +34,8 @@ const statusOf: Partial<Record<ErrorCode, number>> = {
   'rate-limited': 429,
   'too-many-documents': 503,
   moved: 503,
+  unauthorized: 401,
+  forbidden: 403,
 };
 
 /// The security headers of every answer, helmet's defaults with these choices:
@@ -110,9 +120,12 @@ export function createHttpApp(context: HttpContext): Express {
     res.json({ ok: true });
   });
 
-  app.get('/docs/:id', async (req, res) => {
-    const id = req.params.id;
-    if (!docIdPattern.test(id)) return sendError(res, 'bad-document-id');
+  const guards = context.readGuard ? [context.readGuard] : [];
+  app.get('/docs/:id', ...guards, async (req: Request, res: Response) => {
+    const id = req.params['id'];
+    if (typeof id !== 'string' || !docIdPattern.test(id)) {
+      return sendError(res, 'bad-document-id');
+    }
     let room;
     try {
       room = await context.rooms.get(id, false);

@@ -1,5 +1,5 @@
-import { Router, type Request, type Response } from 'express';
-import type { MetricsRecorder, Registry } from '../../metrics/index.js';
+import { Router, type Request, type RequestHandler, type Response } from 'express';
+import type { MetricsRecorder, MetricsWindow, Registry } from '../../metrics/index.js';
 import { sendError } from './http.js';
 
 /// Windows returned by `GET /metrics/windows` when `last` is not given: five minutes.
@@ -15,15 +15,27 @@ const defaultWindows = 30;
 ///   at `GET /dashboard/app.js` and `GET /dashboard/app.css` (served from this router, nothing
 ///   from elsewhere).
 /// Errors from the registry reach express's error handling as rejected promises (express 5).
-export function metricsRouter(recorder: MetricsRecorder, registry: Registry): Router {
+export function metricsRouter(
+  recorder: MetricsRecorder,
+  registry: Registry,
+  access: {
+    /// Checks the data routes' requests (a bearer token); the dashboard's page and its script
+    /// carry no data and stay public, the script sending the token it finds in the fragment.
+    guard?: RequestHandler | null;
+    /// Rewrites each window before it leaves (document ids replaced by labels).
+    redact?: ((window: MetricsWindow) => MetricsWindow) | null;
+  } = {},
+): Router {
   const router = Router();
+  const guards = access.guard ? [access.guard] : [];
+  const redact = access.redact ?? null;
 
-  router.get('/metrics', async (_req: Request, res: Response) => {
+  router.get('/metrics', ...guards, async (_req: Request, res: Response) => {
     const text = await registry.metrics();
     res.set('Cache-Control', 'no-store').type(registry.contentType).send(text);
   });
 
-  router.get('/metrics/windows', (req: Request, res: Response) => {
+  router.get('/metrics/windows', ...guards, (req: Request, res: Response) => {
     const max = recorder.config.windowsKept;
     const raw = req.query.last;
     let last = defaultWindows;
@@ -35,7 +47,8 @@ export function metricsRouter(recorder: MetricsRecorder, registry: Registry): Ro
         return;
       }
     }
-    res.set('Cache-Control', 'no-store').json({ windows: recorder.windows(last) });
+    const windows = recorder.windows(last);
+    res.set('Cache-Control', 'no-store').json({ windows: redact ? windows.map(redact) : windows });
   });
 
   router.get('/dashboard', (_req: Request, res: Response) => {
@@ -179,9 +192,14 @@ function draw(chart, windows) {
 var latest = [];
 function render() { charts.forEach(function (c) { draw(c, latest); }); }
 
+// The metrics token, when the server needs one, from the address's fragment
+// (/dashboard#token=...): never sent to the server in the URL, so never in its logs.
+var token = new URLSearchParams(location.hash.slice(1)).get("token");
+var headers = token ? { Authorization: "Bearer " + token } : {};
+
 function poll() {
   var last = document.getElementById("range").value;
-  fetch("metrics/windows?last=" + last, { cache: "no-store" })
+  fetch("metrics/windows?last=" + last, { cache: "no-store", headers: headers })
     .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
     .then(function (body) {
       latest = body.windows;

@@ -3,16 +3,17 @@
 /// carrying the user's cookies. Clients that send no `Origin` (Node, native apps) are not
 /// browsers acting for another site and are admitted; authentication still applies to them.
 ///
-/// `allowed` is the configured list (`ALLOWED_ORIGINS`, exact `scheme://host[:port]` values);
-/// when it is empty only the server's own origin is admitted, taken from the request's `Host`
-/// (the origin a page served by this server has).
+/// The server's own origin, taken from the request's `Host` (the origin a page served by this
+/// server has), is always admitted: a page elsewhere cannot send our `Host` with its own
+/// `Origin`. `allowed` adds the configured list (`ALLOWED_ORIGINS`, exact
+/// `scheme://host[:port]` values): the host apps whose pages open sockets here.
 export function originAllowed(
   origin: string | undefined,
   host: string | undefined,
   allowed: readonly string[],
 ): boolean {
   if (origin === undefined) return true;
-  if (allowed.length > 0) return allowed.includes(origin);
+  if (allowed.includes(origin)) return true;
   if (host === undefined) return false;
   return origin === `http://${host}` || origin === `https://${host}`;
 }

@@ -12,11 +12,13 @@ describe('origins', () => {
     assert.ok(!originAllowed('null', 'a.example', []));
   });
 
-  it('admits exactly the configured origins when a list is set', () => {
+  it('admits the configured origins besides its own when a list is set', () => {
     const allowed = parseOrigins('https://app.example.com, http://localhost:3000');
     assert.ok(originAllowed('https://app.example.com', 'api.example.com', allowed));
     assert.ok(originAllowed('http://localhost:3000', 'api.example.com', allowed));
-    assert.ok(!originAllowed('https://api.example.com', 'api.example.com', allowed));
+    assert.ok(originAllowed('https://api.example.com', 'api.example.com', allowed));
+    assert.ok(!originAllowed('https://evil.example', 'api.example.com', allowed));
+    assert.ok(!originAllowed('http://localhost:3001', 'api.example.com', allowed));
   });
 
   it('refuses entries that are not origins', () => {

@@ -1,0 +1,102 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import type { MetricsWindow } from '../../metrics/index.js';
+import { docIdPattern } from '../../schema/index.js';
+import { CodedError } from '../core/rooms.js';
+import { createTokenVerifier, type TokenVerifier } from '../protocol/auth.js';
+import { originAllowed } from '../protocol/origins.js';
+import type { Authenticate } from '../protocol/socket.js';
+import type { Config } from '../config.js';
+import { sendError } from './http.js';
+
+// The standalone server's access control: JWTs for sockets and `GET /docs/:id`, the browser
+// origins admitted, the metrics token, and document ids kept out of metrics output.
+
+/// The token verifier the configuration asks for, or null in open mode.
+export function verifierFor(config: Readonly<Config>): TokenVerifier | null {
+  if (config.authSecret === null && config.authPublicKey === null) return null;
+  return createTokenVerifier({ secret: config.authSecret, publicKey: config.authPublicKey });
+}
+
+/// The `authenticate` hook of the standalone server: the handshake's `auth.token` is a JWT
+/// whose `sub` is the user, `doc` the documents it covers (an id, `prefix*` or `*`), `access`
+/// `read` or `write`, and `exp` when it stops being valid.
+export function tokenAuthenticate(verifier: TokenVerifier): Authenticate {
+  return async ({ auth, docId }) => {
+    const outcome = await verifier.verify(auth['token'], docId);
+    if (!outcome.ok) throw new CodedError(outcome.code, outcome.message);
+    const { user, access, expiresAt } = outcome.grant;
+    return { user, access, expiresAt };
+  };
+}
+
+/// Requires `Authorization: Bearer <token>` with read access to the document of `GET
+/// /docs/:id`: 401 `unauthorized` without a good token, 403 `forbidden` out of its scope.
+export function documentReadGuard(verifier: TokenVerifier): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    const id = req.params['id'];
+    // The route answers malformed ids itself.
+    if (typeof id !== 'string' || !docIdPattern.test(id)) return next();
+    verifier.verify(bearer(req), id).then((outcome) => {
+      if (outcome.ok) return next();
+      if (outcome.code === 'unauthorized') res.set('WWW-Authenticate', 'Bearer');
+      sendError(res, outcome.code, outcome.message);
+    }, next);
+  };
+}
+
+/// Requires `Authorization: Bearer <token>` equal to `token` (compared in constant time).
+export function metricsGuard(token: string): RequestHandler {
+  const expected = createHash('sha256').update(token).digest();
+  return (req: Request, res: Response, next: NextFunction) => {
+    const given = createHash('sha256')
+      .update(bearer(req) ?? '')
+      .digest();
+    if (timingSafeEqual(given, expected)) return next();
+    res.set('WWW-Authenticate', 'Bearer');
+    sendError(res, 'unauthorized', 'A metrics token is needed (Authorization: Bearer …)');
+  };
+}
+
+/// The token of an `Authorization: Bearer …` header, or null.
+function bearer(req: Request): string | null {
+  const header = req.get('authorization');
+  const match = header ? /^Bearer\s+(\S+)$/i.exec(header) : null;
+  return match ? match[1]! : null;
+}
+
+/// Socket.io's `allowRequest`: refuses a browser handshake from an origin that is neither the
+/// server's own nor in `allowed` (a page elsewhere must not open sockets with the user's
+/// cookies); clients that send no `Origin` are not browsers and pass.
+export function originCheck(
+  allowed: readonly string[],
+): (req: IncomingMessage, callback: (err: string | null | undefined, ok: boolean) => void) => void {
+  return (req, callback) => {
+    const ok = originAllowed(req.headers.origin, req.headers.host, allowed);
+    callback(ok ? null : 'origin not allowed', ok);
+  };
+}
+
+/// Replaces document ids in metrics windows by labels that stay the same while the process
+/// runs (so a busy document can be followed on the dashboard) but cannot be turned back into
+/// ids: the id is the only key to a document, and metrics are read by more people than
+/// documents are.
+export function docIdRedactor(): (window: MetricsWindow) => MetricsWindow {
+  const key = randomBytes(32);
+  const labels = new Map<string, string>();
+  const label = (id: string): string => {
+    let found = labels.get(id);
+    if (found === undefined) {
+      found = `doc-${createHash('sha256').update(key).update(id).digest('hex').slice(0, 12)}`;
+      // Bounded: labels are cheap to recompute.
+      if (labels.size > 10_000) labels.clear();
+      labels.set(id, found);
+    }
+    return found;
+  };
+  return (window) => ({
+    ...window,
+    topDocuments: window.topDocuments.map((doc) => ({ ...doc, documentId: label(doc.documentId) })),
+  });
+}

@@ -1,0 +1,269 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Transform } from 'prosemirror-transform';
+import { io, type Socket } from 'socket.io-client';
+import { schema, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { docIdRedactor } from '../../server/app/access.js';
+import { ConfigError, loadConfig } from '../../server/config.js';
+import { signToken } from '../../server/protocol/auth.js';
+import type { MetricsWindow } from '../../metrics/index.js';
+import { noAdmissionLimits } from '../support/hostile.js';
+import { startServer, type TestServer } from '../support/server.js';
+import { ask } from '../support/socket.js';
+
+// The standalone server's access control, with real tokens, sockets and HTTP: JWTs in the
+// handshake and on `GET /docs/:id`, read and write access, expiry, client ids bound to users,
+// browser origins, and the metrics token.
+
+const secret = 'a-test-secret-that-is-long-enough-0123456789';
+const metricsToken = 'metrics-token-0123456789';
+
+function token(
+  user: string,
+  doc: string,
+  access: 'read' | 'write',
+  ttlSeconds = 3600,
+): Promise<string> {
+  return signToken(secret, { user, doc, access, ttlSeconds });
+}
+
+/// A socket with `auth` (and, optionally, an Origin header); resolves when connected, rejects
+/// with the refusal's code.
+function connect(
+  server: TestServer,
+  doc: string,
+  auth: Record<string, unknown>,
+  origin?: string,
+): Promise<Socket> {
+  const socket = io(server.url, {
+    transports: ['websocket'],
+    reconnection: false,
+    forceNew: true,
+    query: { doc },
+    auth,
+    ...(origin ? { extraHeaders: { origin } } : {}),
+  });
+  return new Promise((resolve, reject) => {
+    socket.once('connect', () => resolve(socket));
+    socket.once('connect_error', (err: Error & { data?: { code?: string } }) => {
+      socket.close();
+      reject(Object.assign(new Error(err.message), { code: err.data?.code ?? err.message }));
+    });
+  });
+}
+
+async function outcome(promise: Promise<Socket>): Promise<string> {
+  try {
+    (await promise).close();
+    return 'connected';
+  } catch (err) {
+    return (err as { code: string }).code;
+  }
+}
+
+async function typeOnce(socket: Socket): Promise<StepsAnswer> {
+  const joined = await ask<SyncAnswer>(socket, 'join', {});
+  assert.ok(joined.ok && 'doc' in joined, JSON.stringify(joined));
+  const doc = schema.nodeFromJSON(joined.doc);
+  const steps = new Transform(doc).insert(1, schema.text('x')).steps.map((s) => s.toJSON());
+  return ask<StepsAnswer>(socket, 'steps', { version: joined.version, steps });
+}
+
+describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({
+      ...noAdmissionLimits,
+      authSecret: secret,
+      metricsToken,
+      allowedOrigins: ['https://app.example'],
+    });
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it('refuses handshakes without a valid token (unauthorized) or out of scope (forbidden)', async () => {
+    assert.equal(await outcome(connect(server, 'notes', { clientID: 'c1' })), 'unauthorized');
+    assert.equal(
+      await outcome(connect(server, 'notes', { clientID: 'c1', token: 'not.a.jwt' })),
+      'unauthorized',
+    );
+    const forged = await signToken('another-secret-that-is-long-enough-98765', {
+      user: 'eve',
+      doc: '*',
+      access: 'write',
+      ttlSeconds: 60,
+    });
+    assert.equal(
+      await outcome(connect(server, 'notes', { clientID: 'c1', token: forged })),
+      'unauthorized',
+    );
+    const expired = await token('ann', '*', 'write', -10);
+    assert.equal(
+      await outcome(connect(server, 'notes', { clientID: 'c1', token: expired })),
+      'unauthorized',
+    );
+    const scoped = await token('ann', 'team-*', 'write');
+    assert.equal(
+      await outcome(connect(server, 'notes', { clientID: 'c1', token: scoped })),
+      'forbidden',
+    );
+    assert.equal(
+      await outcome(connect(server, 'team-notes', { clientID: 'c1', token: scoped })),
+      'connected',
+    );
+  });
+
+  it('answers a read token`s steps forbidden and takes a write token`s', async () => {
+    const reader = await connect(server, 'shared', {
+      clientID: 'r1',
+      token: await token('rita', 'shared', 'read'),
+    });
+    const writer = await connect(server, 'shared', {
+      clientID: 'w1',
+      token: await token('will', 'shared', 'write'),
+    });
+    try {
+      const refused = await typeOnce(reader);
+      assert.equal(!refused.ok && refused.code, 'forbidden');
+      assert.equal((await typeOnce(writer)).ok, true);
+    } finally {
+      reader.close();
+      writer.close();
+    }
+  });
+
+  it('refuses a connected socket`s steps once its token expired (unauthorized)', async () => {
+    // JWT expiry is in whole seconds.
+    const short = await token('sue', 'expiring', 'write', 2);
+    const socket = await connect(server, 'expiring', { clientID: 's1', token: short });
+    try {
+      assert.equal((await typeOnce(socket)).ok, true);
+      await new Promise((resolve) => setTimeout(resolve, 2100));
+      const refused = await typeOnce(socket);
+      assert.equal(!refused.ok && refused.code, 'unauthorized');
+    } finally {
+      socket.close();
+    }
+  });
+
+  it('binds client ids to users: another user`s claim is refused, the same user is let in', async () => {
+    const ann = await connect(server, 'bound', {
+      clientID: 'editor-1',
+      token: await token('ann', '*', 'write'),
+    });
+    try {
+      const bob = await token('bob', '*', 'write');
+      assert.equal(
+        await outcome(connect(server, 'bound', { clientID: 'editor-1', token: bob })),
+        'forbidden',
+      );
+      const annAgain = await token('ann', '*', 'write');
+      assert.equal(
+        await outcome(connect(server, 'bound', { clientID: 'editor-1', token: annAgain })),
+        'connected',
+      );
+    } finally {
+      ann.close();
+    }
+  });
+
+  it('GET /docs/:id needs a bearer token with read access: 401 without, 403 out of scope', async () => {
+    const writer = await connect(server, 'readable', {
+      clientID: 'w2',
+      token: await token('will', '*', 'write'),
+    });
+    assert.equal((await typeOnce(writer)).ok, true);
+    writer.close();
+    const url = `${server.url}/docs/readable`;
+    const none = await fetch(url);
+    assert.equal(none.status, 401);
+    assert.equal(none.headers.get('www-authenticate'), 'Bearer');
+    assert.equal(((await none.json()) as { code: string }).code, 'unauthorized');
+    const bad = await fetch(url, { headers: { authorization: 'Bearer nope' } });
+    assert.equal(bad.status, 401);
+    const other = await fetch(url, {
+      headers: { authorization: `Bearer ${await token('ann', 'other-*', 'read')}` },
+    });
+    assert.equal(other.status, 403);
+    assert.equal(((await other.json()) as { code: string }).code, 'forbidden');
+    const ok = await fetch(url, {
+      headers: { authorization: `Bearer ${await token('ann', 'readable', 'read')}` },
+    });
+    assert.equal(ok.status, 200);
+    assert.equal(((await ok.json()) as { version: number }).version, 1);
+  });
+
+  it('admits browser handshakes from its own origin and ALLOWED_ORIGINS only', async () => {
+    const auth = async (clientID: string) => ({
+      clientID,
+      token: await token('ann', '*', 'write'),
+    });
+    assert.equal(
+      await outcome(connect(server, 'o', await auth('o1'), 'https://evil.example')),
+      'websocket error',
+    );
+    assert.equal(
+      await outcome(connect(server, 'o', await auth('o2'), 'https://app.example')),
+      'connected',
+    );
+    assert.equal(await outcome(connect(server, 'o', await auth('o3'), server.url)), 'connected');
+    assert.equal(await outcome(connect(server, 'o', await auth('o4'))), 'connected');
+  });
+
+  it('/metrics and /metrics/windows need the metrics token; the dashboard page does not', async () => {
+    for (const path of ['/metrics', '/metrics/windows']) {
+      const none = await fetch(`${server.url}${path}`);
+      assert.equal(none.status, 401, path);
+      const wrong = await fetch(`${server.url}${path}`, {
+        headers: { authorization: 'Bearer wrong-token-0123456789' },
+      });
+      assert.equal(wrong.status, 401, path);
+      const ok = await fetch(`${server.url}${path}`, {
+        headers: { authorization: `Bearer ${metricsToken}` },
+      });
+      assert.equal(ok.status, 200, path);
+    }
+    assert.equal((await fetch(`${server.url}/dashboard`)).status, 200);
+  });
+});
+
+describe('document ids in metrics', () => {
+  it('are replaced by labels that stay the same in one process and reveal nothing', () => {
+    const redact = docIdRedactor();
+    const window = {
+      topDocuments: [
+        { documentId: 'secret-plan', acceptedPerSec: 2 },
+        { documentId: 'other', acceptedPerSec: 1 },
+      ],
+    } as unknown as MetricsWindow;
+    const first = redact(window).topDocuments.map((d) => d.documentId);
+    const again = redact(window).topDocuments.map((d) => d.documentId);
+    assert.deepEqual(first, again);
+    assert.notEqual(first[0], first[1]);
+    for (const label of first) assert.match(label, /^doc-[0-9a-f]{12}$/);
+    assert.ok(!JSON.stringify(first).includes('secret'));
+    // Another process (another key) labels the same id differently: no dictionary attack.
+    assert.notDeepEqual(docIdRedactor()(window).topDocuments[0]!.documentId, first[0]);
+  });
+});
+
+describe('access configuration', () => {
+  it('refuses to start open with NODE_ENV=production unless AUTH=off, and contradictions', () => {
+    assert.throws(() => loadConfig({}, { NODE_ENV: 'production' }), ConfigError);
+    assert.equal(loadConfig({}, { NODE_ENV: 'production', AUTH: 'off' }).auth, 'off');
+    assert.equal(
+      loadConfig({}, { NODE_ENV: 'production', AUTH_SECRET: secret }).authSecret,
+      secret,
+    );
+    assert.throws(() => loadConfig({}, { AUTH: 'off', AUTH_SECRET: secret }), /contradicts/);
+    assert.throws(() => loadConfig({}, { AUTH_SECRET: 'short' }), /32 characters/);
+    assert.throws(() => loadConfig({}, { ALLOWED_ORIGINS: 'https://a.example/path' }), ConfigError);
+    assert.deepEqual(
+      loadConfig({}, { ALLOWED_ORIGINS: 'https://a.example, http://b.example:8080' })
+        .allowedOrigins,
+      ['https://a.example', 'http://b.example:8080'],
+    );
+  });
+});
