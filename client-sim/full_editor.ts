@@ -7,10 +7,13 @@ import { Pace } from './pace.js';
 import type { Random } from './random.js';
 import type { WindowRecorder } from './window_recorder.js';
 import { randomEdit } from './workload.js';
+import type { Schema } from 'prosemirror-model';
 
 /// How a full editor is set up.
 export interface FullEditorOptions {
   url: string;
+  /// The server's schema.
+  schema: Schema;
   docId: string;
   clientID: string;
   ratePerSec: number;
@@ -43,6 +46,7 @@ export class FullEditor {
     const parser = this.network.parser();
     this.client = new CollabClient({
       url: options.url,
+      schema: options.schema,
       docId: options.docId,
       clientID: options.clientID,
       reconnectDelayMs: 500,

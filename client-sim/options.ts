@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
+import { schemaModuleUrl } from './schema_module.js';
 
 /// Everything a swarm run can be told. Rates are edits per second per editor; levels are total
 /// editors (light and full) per run, one run per level.
@@ -28,11 +29,15 @@ export interface SwarmOptions {
   windowMs: number;
   /// Start editing at a window boundary so that every window of a level is complete.
   alignStart: boolean;
+  /// A file URL of an ES module exporting `schema`, the server's schema (`--schema`); null
+  /// for the built-in one.
+  schemaModule: string | null;
 }
 
 /// The defaults: what `npm run sim` runs with when nothing is given.
 export const defaultOptions: Readonly<SwarmOptions> = Object.freeze({
   url: 'http://127.0.0.1:4000',
+  schemaModule: null,
   levels: [10],
   docs: 1,
   ratePerSec: 5,
@@ -81,6 +86,8 @@ server's own metrics windows. Exits non-zero when the server is absent or any do
   --full N           full editors (real CollabClients) per document (default ${defaultOptions.fullPerDoc})
   --workers W        worker threads, or auto (default auto: none up to 50 editors)
   --seed N           seed of every random choice (default ${defaultOptions.seed})
+  --schema MODULE    an ES module exporting \`schema\`, the server's ProseMirror schema
+                     (default: the built-in one); edits its node types lack become typing
   --json FILE        write the full results as JSON
   --svg FILE         write a chart of latency and throughput against editors
   --help             show this text
@@ -119,6 +126,7 @@ export function parseSimArgs(argv: readonly string[]): CliOptions {
         full: { type: 'string' },
         workers: { type: 'string' },
         seed: { type: 'string' },
+        schema: { type: 'string' },
         json: { type: 'string' },
         svg: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
@@ -152,6 +160,7 @@ export function parseSimArgs(argv: readonly string[]): CliOptions {
   if (values.observers !== undefined) options.observers = integer('observers', values.observers);
   if (values.full !== undefined) options.fullPerDoc = integer('full', values.full);
   if (values.seed !== undefined) options.seed = integer('seed', values.seed);
+  if (values.schema !== undefined) options.schemaModule = schemaModuleUrl(values.schema);
   if (values.workers !== undefined) {
     options.workers =
       values.workers === 'auto' ? 'auto' : integerIn('workers', values.workers, 0, 64);

@@ -1,7 +1,7 @@
-import { Node } from 'prosemirror-model';
+import { Node, type Schema } from 'prosemirror-model';
 import { EditorState } from 'prosemirror-state';
 import { Step } from 'prosemirror-transform';
-import { schema, type StepJSON, type SyncAnswer } from '../schema/index.js';
+import type { StepJSON, SyncAnswer } from '../schema/index.js';
 
 /// One copy of a document shared by every light editor of it in one thread: the confirmed
 /// document and version, kept up to date from the broadcasts that any of those editors'
@@ -19,8 +19,11 @@ export class Replica {
   broken: string | null = null;
   private waiting: { version: number; callback: () => void }[] = [];
 
-  constructor(docId: string) {
+  private readonly schema: Schema;
+
+  constructor(docId: string, schema: Schema) {
     this.docId = docId;
+    this.schema = schema;
   }
 
   /// Calls `callback` once this replica has reached `version` (at once if it has).
@@ -35,7 +38,10 @@ export class Replica {
     if ('doc' in answer) {
       if (answer.version <= this.version && answer.epoch === this.epoch) return;
       this.epoch = answer.epoch;
-      this.state = EditorState.create({ schema, doc: Node.fromJSON(schema, answer.doc) });
+      this.state = EditorState.create({
+        schema: this.schema,
+        doc: Node.fromJSON(this.schema, answer.doc),
+      });
       this.version = answer.version;
       this.advanced();
       return;
@@ -56,7 +62,7 @@ export class Replica {
     for (let i = this.version - base; i < steps.length; i++) {
       let failed: string | null;
       try {
-        failed = tr.maybeStep(Step.fromJSON(schema, steps[i])).failed;
+        failed = tr.maybeStep(Step.fromJSON(this.schema, steps[i])).failed;
       } catch (err) {
         failed = String(err);
       }

@@ -1,9 +1,11 @@
-import { schema, type DocJSON } from '../schema/index.js';
+import type { Schema } from 'prosemirror-model';
+import type { DocJSON } from '../schema/index.js';
 import { FullEditor } from './full_editor.js';
 import { LightEditor } from './light_editor.js';
 import { Observer } from './observer.js';
 import { Random } from './random.js';
 import { Replica } from './replica.js';
+import { loadSchema } from './schema_module.js';
 import { WindowRecorder, type SliceTotals, type SliceWindow } from './window_recorder.js';
 
 /// One simulated socket of a slice.
@@ -19,6 +21,8 @@ export interface SliceEditorSpec {
 /// worker's `workerData`.
 export interface SlicePlan {
   url: string;
+  /// The schema module (see `SwarmOptions.schemaModule`), loaded in the slice's own thread.
+  schemaModule: string | null;
   rttMs: number;
   windowMs: number;
   editors: SliceEditorSpec[];
@@ -66,6 +70,8 @@ export class SwarmSlice {
   private readonly light: LightEditor[] = [];
   private readonly full: FullEditor[] = [];
   private readonly observers: Observer[] = [];
+  /// Loaded by `connect`, before any editor exists.
+  private schema: Schema | null = null;
 
   constructor(plan: SlicePlan, post: (message: SliceMessage) => void) {
     this.plan = plan;
@@ -102,6 +108,7 @@ export class SwarmSlice {
   private async connect(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     const { url, rttMs } = this.plan;
+    const schema = (this.schema = await loadSchema(this.plan.schemaModule));
     const specs = this.plan.editors;
     for (let i = 0; i < specs.length && Date.now() < deadline; i += connectBurst) {
       const joins: Promise<void>[] = [];
@@ -122,6 +129,7 @@ export class SwarmSlice {
         } else if (spec.kind === 'full') {
           const editor = new FullEditor({
             url,
+            schema,
             docId: spec.docId,
             clientID: spec.clientID,
             ratePerSec: spec.ratePerSec,
@@ -225,7 +233,7 @@ export class SwarmSlice {
       else if (client.hasUnconfirmed) check.detail = 'still has unconfirmed steps';
       else if (client.version !== server.version) {
         check.detail = `at version ${client.version}, server at ${server.version}`;
-      } else if (!schema.nodeFromJSON(server.doc).eq(client.state.doc)) {
+      } else if (!this.schema!.nodeFromJSON(server.doc).eq(client.state.doc)) {
         check.detail = `document differs from the server's at version ${server.version}`;
       } else check.converged = true;
       checks.push(check);
@@ -253,7 +261,7 @@ export class SwarmSlice {
   private replica(docId: string): Replica {
     let replica = this.replicas.get(docId);
     if (!replica) {
-      replica = new Replica(docId);
+      replica = new Replica(docId, this.schema!);
       this.replicas.set(docId, replica);
     }
     return replica;

@@ -347,6 +347,7 @@ function plan(
   const count = Math.max(1, workers);
   const plans: SlicePlan[] = Array.from({ length: count }, () => ({
     url: options.url,
+    schemaModule: options.schemaModule,
     rttMs: options.rttMs,
     windowMs: options.windowMs,
     editors: [],

@@ -1,7 +1,6 @@
-import type { Node, NodeType } from 'prosemirror-model';
+import type { Node } from 'prosemirror-model';
 import type { EditorState, Transaction } from 'prosemirror-state';
 import { canJoin, canSplit, findWrapping, liftTarget } from 'prosemirror-transform';
-import { schema } from '../schema/index.js';
 import type { Random } from './random.js';
 
 /// The kinds of edit a simulated person makes, and how often (relative weights). Typing
@@ -23,6 +22,22 @@ const kinds = Object.keys(editMix) as EditKind[];
 const totalWeight = kinds.reduce((sum, kind) => sum + editMix[kind], 0);
 const words = ['the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', 'lorem', 'ipsum'];
 const markNames = ['strong', 'em', 'code', 'strike', 'link'] as const;
+
+/// The names a mark goes by: ours (prosemirror-schema-basic's), then Tiptap's. A schema with
+/// none of them gets typing instead of that edit.
+const markAliases: Record<(typeof markNames)[number], string[]> = {
+  strong: ['strong', 'bold'],
+  em: ['em', 'italic'],
+  code: ['code'],
+  strike: ['strike'],
+  link: ['link'],
+};
+
+/// The first of `names` that `types` has.
+function typeNamed<T>(types: Readonly<Record<string, T>>, names: readonly string[]): T | null {
+  for (const name of names) if (types[name]) return types[name]!;
+  return null;
+}
 
 /// Picks an edit kind by the weights of `editMix`.
 export function pickKind(random: Random): EditKind {
@@ -96,10 +111,12 @@ export function randomEdit(
         const from = block.pos + 1 + random.int(0, size - 1);
         const to = Math.min(block.pos + 1 + size, from + random.int(1, 12));
         const name = random.pick(markNames);
+        const markType = typeNamed(state.schema.marks, markAliases[name]);
+        if (!markType) return randomEdit(state, random, 'type');
         const mark =
           name === 'link'
-            ? schema.marks.link!.create({ href: `https://example.com/${random.int(1, 99)}` })
-            : schema.marks[name]!.create();
+            ? markType.create({ href: `https://example.com/${random.int(1, 99)}` })
+            : markType.create();
         if (state.doc.rangeHasMark(from, to, mark.type)) tr.removeMark(from, to, mark.type);
         else tr.addMark(from, to, mark);
         break;
@@ -112,9 +129,11 @@ export function randomEdit(
         if ($pos.depth > 1 && target !== null && random.chance(0.5)) {
           tr.lift(range, target);
         } else {
-          const listType: NodeType = random.chance(0.5)
-            ? schema.nodes.bullet_list!
-            : schema.nodes.ordered_list!;
+          const listType = typeNamed(
+            state.schema.nodes,
+            random.chance(0.5) ? ['bullet_list', 'bulletList'] : ['ordered_list', 'orderedList'],
+          );
+          if (!listType) return randomEdit(state, random, 'type');
           const wrapping = findWrapping(range, listType);
           if (!wrapping) return null;
           tr.wrap(range, wrapping);
@@ -122,8 +141,11 @@ export function randomEdit(
         break;
       }
       case 'heading': {
-        const type = random.chance(0.7) ? schema.nodes.heading! : schema.nodes.paragraph!;
-        const attrs = type === schema.nodes.heading ? { level: random.int(1, 6) } : null;
+        const heading = typeNamed(state.schema.nodes, ['heading']);
+        const paragraph = typeNamed(state.schema.nodes, ['paragraph']);
+        if (!heading || !paragraph) return randomEdit(state, random, 'type');
+        const type = random.chance(0.7) ? heading : paragraph;
+        const attrs = type === heading ? { level: random.int(1, 6) } : null;
         if (!block.node.isTextblock || block.node.type.spec.code) return null;
         tr.setBlockType(block.pos, block.pos + block.node.nodeSize, type, attrs);
         break;
