@@ -1,0 +1,105 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import type { Browser, Page } from 'playwright-core';
+import { startExample } from '../../examples/tiptap/server.js';
+import { launchChromium } from '../support/browser.js';
+
+// The Tiptap example end to end, in real Chromium: two pages on one document type, make text
+// bold, make a heading and a bullet list (through Tiptap's own shortcuts and input rules), and
+// end with the same document as each other and as the server.
+
+const bundle = new URL('../../examples/tiptap/public/page.js', import.meta.url);
+
+describe('the Tiptap example in a browser', () => {
+  let example: Awaited<ReturnType<typeof startExample>>;
+  let browser: Browser;
+
+  before(async () => {
+    if (!existsSync(bundle)) throw new Error('The example bundle is missing: run `npm run build`.');
+    example = await startExample();
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+    await example?.close();
+  });
+
+  async function open(docId: string): Promise<Page> {
+    const context = await browser.newContext({ viewport: { width: 900, height: 700 } });
+    context.setDefaultTimeout(10_000);
+    const page = await context.newPage();
+    page.on('pageerror', (err) => {
+      throw new Error(`the page threw: ${err.message}`);
+    });
+    await page.goto(`${example.url}/?doc=${docId}`);
+    await synced(page);
+    return page;
+  }
+
+  function synced(page: Page): Promise<unknown> {
+    return page.waitForFunction(
+      () => document.getElementById('status')?.dataset['state'] === 'synced',
+    );
+  }
+
+  /// The document a page shows, from Tiptap's editor, as JSON text.
+  function docOf(page: Page): Promise<string> {
+    return page.evaluate(() => JSON.stringify(window.__example!.editor.getJSON()));
+  }
+
+  it('two pages type, bold, make a heading and a list, and converge', async () => {
+    const first = await open('tiptap-shared');
+    const second = await open('tiptap-shared');
+
+    // The first page writes a heading, then a paragraph with a bold word.
+    await first.click('.tiptap');
+    await first.keyboard.type('# Minutes');
+    await first.keyboard.press('Enter');
+    await first.keyboard.type('We agreed on ');
+    await first.keyboard.press('Control+b');
+    await first.keyboard.type('everything');
+    await first.keyboard.press('Control+b');
+    await synced(first);
+    // The second page, at the same time as the first goes on, adds a bullet list at the end.
+    await second.waitForFunction(() => window.__example!.editor.getText().includes('everything'));
+    await second.click('.tiptap');
+    await second.keyboard.press('Control+End');
+    await second.keyboard.press('Enter');
+    const typing = first.keyboard.type(' today.');
+    await second.keyboard.type('- first item');
+    await second.keyboard.press('Enter');
+    await second.keyboard.type('second item');
+    await typing;
+    await synced(first);
+    await synced(second);
+
+    // Both pages and the server end with the same document.
+    const served = async () =>
+      JSON.stringify(
+        ((await (await fetch(`${example.url}/docs/tiptap-shared`)).json()) as { doc: unknown }).doc,
+      );
+    const deadline = Date.now() + 10_000;
+    let a = '';
+    let b = '';
+    let s = '';
+    while (Date.now() < deadline) {
+      [a, b, s] = await Promise.all([docOf(first), docOf(second), served()]);
+      if (a === b && b === s) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.equal(a, b, 'the two pages show the same document');
+    assert.equal(a, s, 'and the server holds it');
+    const doc = JSON.parse(s) as { content: { type: string; attrs?: { level?: number } }[] };
+    const types = doc.content.map((node) => node.type);
+    assert.equal(types[0], 'heading');
+    assert.equal(doc.content[0]!.attrs?.level, 1);
+    assert.ok(types.includes('bulletList'), JSON.stringify(types));
+    assert.match(s, /"type":"bold"/);
+    for (const text of ['Minutes', 'everything', 'today.', 'first item', 'second item']) {
+      assert.ok(s.includes(text), text);
+    }
+    await first.context().close();
+    await second.context().close();
+  });
+});
