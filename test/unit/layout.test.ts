@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 // reader has to untangle.
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
-const folders = ['server', 'schema', 'client', 'metrics', 'client-sim', 'web', 'bench'];
+const folders = ['server', 'schema', 'client', 'metrics', 'client-sim', 'web', 'bench', 'examples'];
 
 /// Every `.ts` file under `dir`, as paths relative to the repository root.
 function sources(dir: string): string[] {
