@@ -85,6 +85,7 @@ export function createScriptorium(
   const app = createHttpApp({
     rooms: collab.rooms,
     storeKind: store.kind,
+    nodeId,
     draining: () => collab.draining,
     sockets: () => collab.editors,
     readGuard: verifier ? documentReadGuard(verifier) : null,

@@ -14,6 +14,9 @@ import type { Rooms } from '../core/rooms.js';
 export interface HttpContext {
   rooms: Rooms;
   storeKind: string;
+  /// This node's id: every answer names it in `x-scriptorium-node`, so that an operator (and a
+  /// test) can see which node behind a gateway served a request.
+  nodeId: string;
   draining: () => boolean;
   sockets: () => number;
   /// Why the server should not be sent traffic now (the store does not answer, leases cannot
@@ -99,6 +102,10 @@ export function createHttpApp(context: HttpContext): Express {
   // First of all middleware: a router added later, or an error before any route, still
   // answers with the headers.
   app.use(securityHeaders);
+  app.use((_req: Request, res: Response, next: NextFunction) => {
+    res.set('x-scriptorium-node', context.nodeId);
+    next();
+  });
 
   app.get('/healthz', (_req, res) => {
     if (context.draining()) return sendError(res, 'shutting-down');

@@ -408,6 +408,11 @@ export class Rooms {
     const { store, holder, ttlMs } = this.leases;
     let healthy = true;
     try {
+      // Alive for two renewal periods: gone a third of a lease time before this node's leases
+      // expire, so that whoever takes them over knows their home is down.
+      await store.heartbeat(holder.split('/')[0]!, Math.round((2 * ttlMs) / 3)).catch(() => {
+        healthy = false;
+      });
       await Promise.all(
         [...this.rooms.values()].map(async (room) => {
           if (!room.lease || room.state !== 'open' || this.evicting.has(room)) return;

@@ -16,10 +16,13 @@ export interface DocKeys {
   fence: string;
   /// String with an expiry: the holder of another process that asked for the document.
   wanted: string;
+  /// String: the node the document belongs on (the gateway's choice); a node serving it while
+  /// that node is down stands in for it, and gives it back when it returns.
+  home: string;
 }
 
 /// The one place where Redis keys are built: `<prefix>{<docId>}:meta`, `:journal`,
-/// `:snapshot`, `:lease`, `:fence` and `:wanted`. Returns the keys; throws a `TypeError` for a document id outside
+/// `:snapshot`, `:lease`, `:fence`, `:wanted` and `:home`. Returns the keys; throws a `TypeError` for a document id outside
 /// `docIdPattern` (such an id, with a `}` in it, would break the hash tag).
 export function docKeys(prefix: string, docId: string): DocKeys {
   if (!docIdPattern.test(docId)) throw new TypeError(`invalid document id: ${docId}`);
@@ -31,5 +34,6 @@ export function docKeys(prefix: string, docId: string): DocKeys {
     lease: base + 'lease',
     fence: base + 'fence',
     wanted: base + 'wanted',
+    home: base + 'home',
   };
 }

@@ -105,9 +105,12 @@ local snapshot = redis.call('GET', KEYS[3]) or ''
 return {meta[1], meta[2], snapshot, redis.call('LRANGE', KEYS[2], 0, -1)}
 `;
 
-// KEYS: lease, fence, wanted. ARGV: holder, ttl (ms). A holder that already has the lease
-// gets it back (extended); otherwise it is taken only when free, with the next fencing number.
-// Returns {1, token} or {0, current token, remaining ms}.
+// KEYS: lease, fence, wanted, home. ARGV: holder, ttl (ms), node id, node key prefix. A holder
+// that already has the lease gets it back (extended); otherwise it is taken only when free,
+// with the next fencing number. The document's home (the node the gateway routes it to) then
+// becomes this node, unless the home is another node that is down: this node only stands in
+// for it (see renewScript). Node liveness keys are outside the document's hash slot: leases
+// need one Redis, not a Redis Cluster. Returns {1, token} or {0, current token, remaining ms}.
 const acquireScript = `
 local current = redis.call('GET', KEYS[1])
 if current then
@@ -120,16 +123,40 @@ end
 local token = ARGV[1] .. '#' .. redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
 if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+local home = redis.call('GET', KEYS[4])
+if not home or home == ARGV[3] or redis.call('EXISTS', ARGV[4] .. home) == 1 then
+  redis.call('SET', KEYS[4], ARGV[3])
+end
 return {1, token}
 `;
 
-// KEYS: lease, wanted. ARGV: token, ttl (ms), holder. Returns 'held', 'wanted' (another holder
-// asked for the document) or 'lost'.
+// KEYS: none. ARGV: node key, ttl (ms). A node's liveness: the key holds the Redis time (ms)
+// at which the node was first seen alive since it was last down, and expires unless renewed.
+const heartbeatScript = `
+if redis.call('PEXPIRE', ARGV[1], ARGV[2]) == 0 then
+  local now = redis.call('TIME')
+  redis.call('SET', ARGV[1], now[1] * 1000 + math.floor(now[2] / 1000), 'PX', ARGV[2])
+end
+return 'ok'
+`;
+
+// KEYS: lease, wanted, home. ARGV: token, ttl (ms), holder, node id, node key prefix, settle
+// (ms). Returns 'held'; 'wanted' when another holder asked for the document, or when this node
+// stands in for a home node that has been back for `settle` (long enough for the gateway to
+// route to it again); or 'lost'.
 const renewScript = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'lost' end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local wanted = redis.call('GET', KEYS[2])
 if wanted and wanted ~= ARGV[3] then return 'wanted' end
+local home = redis.call('GET', KEYS[3])
+if home and home ~= ARGV[4] then
+  local since = redis.call('GET', ARGV[5] .. home)
+  local now = redis.call('TIME')
+  if since and now[1] * 1000 + math.floor(now[2] / 1000) - tonumber(since) >= tonumber(ARGV[6]) then
+    return 'wanted'
+  end
+end
 return 'held'
 `;
 
@@ -156,6 +183,7 @@ const scripts = {
   load: script(loadScript),
   acquire: script(acquireScript),
   renew: script(renewScript),
+  heartbeat: script(heartbeatScript),
   release: script(releaseScript),
 };
 
@@ -191,6 +219,8 @@ export class RedisStore implements Store {
   private readonly commandTimeoutMs: number;
   private readonly pingIntervalMs: number;
   private readonly keyPrefix: string;
+  /// Node liveness keys: `<prefix>node:<node id>`.
+  private readonly nodeKeyPrefix: string;
   private readonly logger: RedisStoreLogger | null;
   /// False from the first connection error until the next 'ready': logs once per outage.
   private healthy = true;
@@ -206,6 +236,7 @@ export class RedisStore implements Store {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 2000;
     this.pingIntervalMs = options.pingIntervalMs ?? 1000;
     this.keyPrefix = options.keyPrefix ?? 'scriptorium:';
+    this.nodeKeyPrefix = `${this.keyPrefix}node:`;
     this.logger = options.logger ?? null;
     this.lastAnswerAt = performance.now();
     this.lastCheckAt = this.lastAnswerAt;
@@ -315,8 +346,8 @@ export class RedisStore implements Store {
       const keys = docKeys(this.keyPrefix, docId);
       const reply = await this.run(
         scripts.acquire,
-        [keys.lease, keys.fence, keys.wanted],
-        [holder, String(ttlMs)],
+        [keys.lease, keys.fence, keys.wanted, keys.home],
+        [holder, String(ttlMs), nodeOf(holder), this.nodeKeyPrefix],
       );
       if (!Array.isArray(reply)) throw new TypeError('redis store: unexpected acquire reply');
       const token = String(reply[1]);
@@ -331,8 +362,15 @@ export class RedisStore implements Store {
       const keys = docKeys(this.keyPrefix, docId);
       const reply = await this.run(
         scripts.renew,
-        [keys.lease, keys.wanted],
-        [lease.token, String(ttlMs), holder],
+        [keys.lease, keys.wanted, keys.home],
+        [
+          lease.token,
+          String(ttlMs),
+          holder,
+          nodeOf(holder),
+          this.nodeKeyPrefix,
+          String(homeSettleMs(ttlMs)),
+        ],
       );
       if (reply === 'held' || reply === 'wanted' || reply === 'lost') return reply;
       throw new TypeError('redis store: unexpected renew reply');
@@ -340,6 +378,9 @@ export class RedisStore implements Store {
     release: async (docId, lease) => {
       const keys = docKeys(this.keyPrefix, docId);
       await this.run(scripts.release, [keys.lease], [lease.token]);
+    },
+    heartbeat: async (node, ttlMs) => {
+      await this.run(scripts.heartbeat, [], [this.nodeKeyPrefix + node, String(ttlMs)]);
     },
     requestHandover: async (docId, holder, ttlMs) => {
       const keys = docKeys(this.keyPrefix, docId);
@@ -497,4 +538,18 @@ function unavailable(error: unknown): never {
 /// The fencing number at the end of a lease token (`<holder>#<fence>`).
 function fenceOf(token: string): number {
   return Number(token.slice(token.lastIndexOf('#') + 1));
+}
+
+/// The node of a holder (`<node id>/<instance>`).
+function nodeOf(holder: string): string {
+  const slash = holder.indexOf('/');
+  return slash < 0 ? holder : holder.slice(0, slash);
+}
+
+/// How long a home node must have been back before the node standing in for it hands its
+/// documents back: longer than the gateway takes to route to it again (nginx retries a failed
+/// server after `fail_timeout`, 10 s in the rendered config), and never shorter than two lease
+/// times.
+function homeSettleMs(ttlMs: number): number {
+  return Math.max(2 * ttlMs, 10_000);
 }

@@ -87,6 +87,9 @@ export interface LeaseStore {
   release(docId: string, lease: Lease): Promise<void>;
   /// Asks the holder to hand the document over (it sees `wanted` at its next renewal).
   requestHandover(docId: string, holder: string, ttlMs: number): Promise<void>;
+  /// Says node `node` is alive for `ttlMs` more. A node serving a document while its home node
+  /// was down sees `wanted` once that node has been alive a while, and hands it back.
+  heartbeat(node: string, ttlMs: number): Promise<void>;
 }
 
 /// Persistence for documents: a snapshot plus a write-ahead journal of steps. Implementations

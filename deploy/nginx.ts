@@ -1,0 +1,128 @@
+// The gateway's nginx configuration, rendered from the list of nodes. One renderer for every
+// way the gateway runs: `npm run cluster` on this machine, the gateway image on Render, the
+// docker compose `cluster` profile (both of which render it at start from SCRIPTORIUM_NODES).
+
+/// Where the gateway listens and what it routes to.
+export interface GatewayOptions {
+  /// `host:port` of each node, in a stable order (the consistent-hash ring is built from them).
+  nodes: readonly string[];
+  /// `host:port` (or just a port) the gateway listens on.
+  listen: string;
+  /// A directory for nginx's pid, temporary files and error log (nginx runs with `-p` there,
+  /// needing no root and no system paths).
+  prefix: string;
+  /// How long a node that failed a connection is skipped before it is tried again.
+  failTimeoutSec?: number;
+  /// nginx worker processes ('auto': one per core).
+  workers?: number | 'auto';
+}
+
+const nodePattern = /^[A-Za-z0-9.-]+:\d{1,5}$/;
+
+/// Renders nginx.conf. Every connection and request of one document goes to one node:
+/// Socket.io by the `doc` query parameter (the client sends it in every handshake, websocket
+/// and polling alike, and in every polling request), `GET /docs/:id` by the id in the path,
+/// both through `hash … consistent` (ketama), so that adding or removing a node moves only
+/// the documents of its part of the ring. A node that refuses connections or times out is
+/// marked failed for `failTimeoutSec` (passive health: `max_fails=1`) and the request goes to
+/// the next node on the ring (`proxy_next_upstream`), which takes the document's lease once the
+/// dead node's expires. Everything else (the web editor, the dashboard, health) goes to any
+/// node.
+export function renderNginxConfig(options: GatewayOptions): string {
+  if (options.nodes.length === 0) throw new TypeError('the gateway needs at least one node');
+  for (const node of options.nodes) {
+    if (!nodePattern.test(node)) throw new TypeError(`not a host:port: ${node}`);
+  }
+  if (!/^([A-Za-z0-9.-]+:)?\d{1,5}$/.test(options.listen)) {
+    throw new TypeError(`not a listen address: ${options.listen}`);
+  }
+  if (/[\s;{}'"]/.test(options.prefix)) throw new TypeError(`unsafe prefix: ${options.prefix}`);
+  const failTimeout = options.failTimeoutSec ?? 10;
+  const servers = (extra: string) =>
+    options.nodes.map((node) => `    server ${node}${extra};`).join('\n');
+  const p = options.prefix.replace(/\/$/, '');
+  return `# Rendered by deploy/nginx.ts from ${options.nodes.length} node(s); do not edit.
+worker_processes ${options.workers ?? 'auto'};
+pid ${p}/nginx.pid;
+error_log ${p}/error.log warn;
+
+events {
+  worker_connections 8192;
+}
+
+http {
+  access_log off;
+  client_body_temp_path ${p}/client_body;
+  proxy_temp_path ${p}/proxy;
+  fastcgi_temp_path ${p}/fastcgi;
+  uwsgi_temp_path ${p}/uwsgi;
+  scgi_temp_path ${p}/scgi;
+  # Steps are small; Scriptorium refuses larger messages itself.
+  client_max_body_size 1m;
+
+  map $http_upgrade $connection_upgrade {
+    default upgrade;
+    '' close;
+  }
+
+  # Documents: one node per document id, on a consistent-hash ring.
+  upstream scriptorium_documents {
+    hash $scriptorium_doc consistent;
+${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
+    keepalive 32;
+  }
+
+  # Everything else: any node.
+  upstream scriptorium_any {
+    least_conn;
+${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
+    keepalive 16;
+  }
+
+  server {
+    listen ${options.listen};
+
+    proxy_http_version 1.1;
+    # $http_host keeps the port: the nodes compare the browser's Origin with it.
+    proxy_set_header Host $http_host;
+    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_connect_timeout 2s;
+    # A dead or refusing node: the next one on the ring, at most once per node.
+    proxy_next_upstream error timeout http_502 http_503;
+    proxy_next_upstream_tries ${options.nodes.length};
+
+    location /socket.io/ {
+      set $scriptorium_doc $arg_doc;
+      proxy_pass http://scriptorium_documents;
+      proxy_set_header Upgrade $http_upgrade;
+      proxy_set_header Connection $connection_upgrade;
+      # Websockets stay open for the whole editing session; Engine.IO pings every 25 s.
+      proxy_read_timeout 1h;
+      proxy_send_timeout 1h;
+      proxy_buffering off;
+    }
+
+    location ~ ^/docs/([^/]+)$ {
+      set $scriptorium_doc $1;
+      proxy_pass http://scriptorium_documents;
+      proxy_set_header Connection "";
+    }
+
+    location / {
+      proxy_pass http://scriptorium_any;
+      proxy_set_header Connection "";
+    }
+  }
+}
+`;
+}
+
+/// Parses a node list as given in SCRIPTORIUM_NODES: `host:port` entries separated by commas
+/// or spaces.
+export function parseNodeList(text: string): string[] {
+  return text
+    .split(/[\s,]+/)
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+}
