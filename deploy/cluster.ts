@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -161,7 +162,7 @@ try {
   });
   await writeFile(join(dir, 'nginx.conf'), config);
   gateway = spawn(
-    process.env['NGINX'] ?? 'nginx',
+    process.env['NGINX'] ?? (existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx'),
     ['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log'), '-g', 'daemon off;'],
     { stdio: ['ignore', 'inherit', 'inherit'] },
   );

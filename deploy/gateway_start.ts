@@ -1,0 +1,40 @@
+import { spawn } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { renderNginxConfig, parseNodeList } from './nginx.js';
+
+// The gateway image's entry point (deploy/gateway.Dockerfile): renders nginx.conf from the
+// environment, then runs nginx in the foreground, passing on the platform's stop signal. The
+// nodes are `SCRIPTORIUM_NODES` (`host:port,…`) and/or `SCRIPTORIUM_NODE_1`,
+// `SCRIPTORIUM_NODE_2`… (one `host:port` each, as Render's `fromService … hostport` gives
+// them), in that order: the order is the ring's, so keep it stable.
+
+const env = process.env;
+const numbered = Object.keys(env)
+  .map((key) => /^SCRIPTORIUM_NODE_(\d+)$/.exec(key))
+  .filter((match): match is RegExpExecArray => match !== null)
+  .sort((a, b) => Number(a[1]) - Number(b[1]))
+  .map((match) => env[match[0]]!.trim())
+  .filter((value) => value !== '');
+const nodes = [...parseNodeList(env['SCRIPTORIUM_NODES'] ?? ''), ...numbered];
+if (nodes.length === 0) {
+  console.error('gateway: set SCRIPTORIUM_NODES (host:port,…) or SCRIPTORIUM_NODE_1, _2, …');
+  process.exit(1);
+}
+const prefix = env['GATEWAY_PREFIX'] ?? '/tmp/gateway';
+await mkdir(prefix, { recursive: true });
+await writeFile(
+  `${prefix}/nginx.conf`,
+  renderNginxConfig({ nodes, listen: env['PORT'] ?? '8080', prefix }),
+);
+console.log(`gateway: ${nodes.length} node(s): ${nodes.join(', ')}`);
+const nginx = spawn(
+  'nginx',
+  ['-p', prefix, '-c', `${prefix}/nginx.conf`, '-e', `${prefix}/error.log`, '-g', 'daemon off;'],
+  { stdio: 'inherit' },
+);
+// SIGQUIT is nginx's graceful stop: open websockets are closed only when the platform's
+// shutdown delay runs out, after the nodes were told to drain.
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.on(signal, () => nginx.kill('SIGQUIT'));
+}
+nginx.on('exit', (code) => process.exit(code ?? 1));

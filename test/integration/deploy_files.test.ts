@@ -1,0 +1,151 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { describe, it } from 'node:test';
+import { parse } from 'yaml';
+import { parseNodeList, renderNginxConfig } from '../../deploy/nginx.js';
+
+// The deployment files, checked without the platforms (no Docker, no Render here): the
+// Blueprint and the compose file have the shape the README promises and refer only to things
+// that exist; the gateway's rendered config is accepted by the real nginx.
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+type Doc = Record<string, unknown>;
+const load = async (file: string): Promise<Doc> =>
+  parse(await readFile(join(root, file), 'utf8'), { merge: true }) as Doc;
+
+/// Render's Blueprint fields this repository uses, per service type: a misspelt field would be
+/// ignored by Render (or refused when syncing), so an unknown one fails here.
+const knownFields: Record<string, Set<string>> = {
+  web: new Set([
+    ...['type', 'name', 'runtime', 'dockerfilePath', 'dockerContext', 'plan'],
+    ...['healthCheckPath', 'maxShutdownDelaySeconds', 'envVars', 'numInstances'],
+  ]),
+  pserv: new Set([
+    ...['type', 'name', 'runtime', 'dockerfilePath', 'dockerContext', 'plan'],
+    ...['healthCheckPath', 'maxShutdownDelaySeconds', 'envVars', 'numInstances'],
+  ]),
+  keyvalue: new Set(['type', 'name', 'plan', 'maxmemoryPolicy', 'ipAllowList']),
+};
+
+describe('render.yaml', () => {
+  it('has a gateway, single-instance nodes on one private Key Value, and a shared secret', async () => {
+    const blueprint = await load('render.yaml');
+    const services = blueprint['services'] as Doc[];
+    const groups = blueprint['envVarGroups'] as Doc[];
+    for (const service of services) {
+      const known = knownFields[String(service['type'])];
+      assert.ok(known, `service type ${String(service['type'])}`);
+      for (const field of Object.keys(service)) {
+        assert.ok(known.has(field), `${String(service['name'])}: unknown field ${field}`);
+      }
+      if (service['dockerfilePath']) {
+        assert.ok(existsSync(join(root, String(service['dockerfilePath']))), 'the Dockerfile');
+      }
+    }
+    const byType = (type: string) => services.filter((s) => s['type'] === type);
+    const [gateway, ...otherWeb] = byType('web');
+    assert.ok(gateway && otherWeb.length === 0, 'one public service: the gateway');
+    assert.equal(gateway['runtime'], 'docker');
+    assert.equal(gateway['dockerfilePath'], './deploy/gateway.Dockerfile');
+    const nodes = byType('pserv');
+    assert.ok(nodes.length >= 2);
+    const [kv, ...otherKv] = byType('keyvalue');
+    assert.ok(kv && otherKv.length === 0);
+    assert.equal(kv['maxmemoryPolicy'], 'noeviction');
+    assert.deepEqual(kv['ipAllowList'], [], 'no public access to Key Value');
+    assert.notEqual(kv['plan'], 'free', 'a plan that keeps data');
+
+    const shared = groups.find((g) => g['name'] === 'scriptorium-shared')!;
+    const sharedVars = shared['envVars'] as Doc[];
+    assert.deepEqual(
+      sharedVars.find((v) => v['key'] === 'AUTH_SECRET'),
+      { key: 'AUTH_SECRET', generateValue: true },
+    );
+
+    const nodeIds = new Set<string>();
+    for (const node of nodes) {
+      assert.equal(node['numInstances'], 1, `${String(node['name'])}: one instance`);
+      assert.equal(node['healthCheckPath'], '/readyz');
+      assert.ok(Number(node['maxShutdownDelaySeconds']) >= 10);
+      const vars = node['envVars'] as Doc[];
+      const id = vars.find((v) => v['key'] === 'NODE_ID')?.['value'];
+      assert.ok(typeof id === 'string' && !nodeIds.has(id), `a node id of its own: ${String(id)}`);
+      nodeIds.add(id);
+      const redis = vars.find((v) => v['key'] === 'REDIS_URL')?.['fromService'] as Doc;
+      assert.deepEqual(redis, {
+        type: 'keyvalue',
+        name: kv['name'],
+        property: 'connectionString',
+      });
+      assert.ok(vars.some((v) => v['fromGroup'] === 'scriptorium-shared'));
+    }
+    // The gateway routes to every node, each once.
+    const routed = (gateway['envVars'] as Doc[])
+      .filter((v) => String(v['key']).startsWith('SCRIPTORIUM_NODE_'))
+      .map((v) => (v['fromService'] as Doc)['name']);
+    assert.deepEqual([...routed].sort(), nodes.map((n) => n['name']).sort());
+  });
+});
+
+describe('docker-compose.yml', () => {
+  it('runs one server by default and, with the cluster profile, a gateway and three nodes', async () => {
+    const compose = await load('docker-compose.yml');
+    const services = compose['services'] as Record<string, Doc>;
+    const inDefault = Object.keys(services).filter((name) => !services[name]!['profiles']);
+    assert.deepEqual(inDefault.sort(), ['redis', 'server']);
+    const cluster = Object.keys(services).filter((name) =>
+      (services[name]!['profiles'] as string[] | undefined)?.includes('cluster'),
+    );
+    assert.deepEqual(cluster.sort(), ['gateway', 'node-1', 'node-2', 'node-3']);
+    const gatewayEnv = services['gateway']!['environment'] as Doc;
+    const listed = parseNodeList(String(gatewayEnv['SCRIPTORIUM_NODES']));
+    const ids = new Set<string>();
+    for (const name of ['node-1', 'node-2', 'node-3']) {
+      const env = services[name]!['environment'] as Doc;
+      ids.add(String(env['NODE_ID']));
+      assert.equal(env['REDIS_URL'], 'redis://redis:6379');
+      assert.match(String(env['AUTH_SECRET']), /^\$\{AUTH_SECRET:\?/);
+      assert.ok(listed.includes(`${name}:${String(env['PORT'])}`), `the gateway lists ${name}`);
+    }
+    assert.equal(ids.size, 3, 'three node ids');
+    const build = services['gateway']!['build'] as Doc;
+    assert.ok(existsSync(join(root, String(build['dockerfile']))));
+    assert.match(String((services['server']!['environment'] as Doc)['AUTH_SECRET']), /AUTH_SECRET/);
+  });
+});
+
+describe('the gateway config', () => {
+  it('routes documents by id, upgrades websockets, and is accepted by nginx -t', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
+    try {
+      const config = renderNginxConfig({
+        nodes: ['127.0.0.1:4101', '127.0.0.1:4102', '127.0.0.1:4103'],
+        listen: '127.0.0.1:4100',
+        prefix: dir,
+      });
+      assert.match(config, /hash \$scriptorium_doc consistent;/);
+      assert.match(config, /set \$scriptorium_doc \$arg_doc;/);
+      assert.match(config, /location ~ \^\/docs\/\(\[\^\/\]\+\)\$ \{\s+set \$scriptorium_doc \$1;/);
+      assert.match(config, /proxy_set_header Upgrade \$http_upgrade;/);
+      assert.equal(config.match(/server 127\.0\.0\.1:410[123] max_fails=1/g)?.length, 6);
+      await writeFile(join(dir, 'nginx.conf'), config);
+      const nginx = existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
+      const { stderr } = await run(nginx, [
+        ...['-t', '-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
+      ]);
+      assert.match(stderr, /test is successful/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    assert.throws(() => renderNginxConfig({ nodes: [], listen: '80', prefix: '/tmp' }));
+    assert.throws(() => renderNginxConfig({ nodes: ['a b:1'], listen: '80', prefix: '/tmp' }));
+  });
+});
