@@ -19,7 +19,15 @@ try {
   throw err;
 }
 
-const log = pino({ level: config.logLevel, base: { service: 'scriptorium', node: config.nodeId } });
+// JSON lines for log collectors; on a terminal, readable lines (pino-pretty, in a worker
+// thread so that formatting never runs on the event loop).
+const log = pino({
+  level: config.logLevel,
+  base: { service: 'scriptorium', node: config.nodeId },
+  ...(process.stdout.isTTY
+    ? { transport: { target: 'pino-pretty', options: { translateTime: 'SYS:HH:MM:ss.l' } } }
+    : {}),
+});
 if (config.authSecret === null && config.authPublicKey === null) {
   log.warn(
     config.auth === 'off'
