@@ -88,8 +88,10 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
     proxy_set_header X-Forwarded-Proto $scheme;
     proxy_connect_timeout 2s;
-    # A dead or refusing node: the next one on the ring, at most once per node.
-    proxy_next_upstream error timeout http_502 http_503;
+    # A dead or unreachable node: the next one on the ring, at most once per node. Not on a
+    # 503: that is a live node answering (\`moved\` while a document is handed over to it,
+    # \`shutting-down\`), which must neither count as a failure nor send the request elsewhere.
+    proxy_next_upstream error timeout;
     proxy_next_upstream_tries ${options.nodes.length};
 
     location /socket.io/ {

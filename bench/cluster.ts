@@ -1,0 +1,183 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { cpus, loadavg } from 'node:os';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { runSwarm } from '../client-sim/swarm.js';
+import { createServer } from 'node:net';
+
+// `npm run bench:cluster`: aggregate throughput over many documents with 1, 2 and 3 nodes
+// behind the nginx gateway (`npm run cluster`), and the latency the gateway adds (one node
+// reached directly against the same node through the gateway). Configurations alternate in
+// every round; medians and ranges are reported. Needs REDIS_URL (the nodes share it) and
+// nginx. The simulator runs in this process (with its worker threads) on the same machine as
+// the nodes: on 2 cores the nodes and the load generator compete, which the report says.
+
+const { values } = parseArgs({
+  options: {
+    editors: { type: 'string', default: '400' },
+    docs: { type: 'string', default: '80' },
+    rate: { type: 'string', default: '5' },
+    duration: { type: 'string', default: '30' },
+    rounds: { type: 'string', default: '3' },
+    nodes: { type: 'string', default: '1,2,3' },
+    json: { type: 'string', default: 'bench-results/cluster.json' },
+  },
+});
+const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+const clusterEntry = fileURLToPath(new URL('../deploy/cluster.js', import.meta.url));
+const editors = Number(values.editors);
+const docs = Number(values.docs);
+const ratePerSec = Number(values.rate);
+const durationSec = Number(values.duration);
+const rounds = Number(values.rounds);
+const nodeCounts = values.nodes.split(',').map(Number);
+
+/// A port nothing listens on now (the OS picks it).
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+interface Figures {
+  label: string;
+  round: number;
+  load: number;
+  offeredPerSec: number;
+  confirmedPerSec: number;
+  p50Ms: number | null;
+  p99Ms: number | null;
+  refused: number;
+  converged: boolean;
+}
+
+/// Starts `npm run cluster`'s script with `nodes` nodes; resolves with the gateway's and the
+/// first node's URLs and a stop function.
+async function startCluster(
+  nodes: number,
+): Promise<{ gateway: string; firstNode: string; stop(): Promise<void> }> {
+  const port = await freePort();
+  const basePort = await freePort();
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [
+      clusterEntry,
+      '--nodes',
+      String(nodes),
+      '--port',
+      String(port),
+      '--base-port',
+      String(basePort),
+    ],
+    {
+      env: {
+        ...process.env,
+        REDIS_URL: redisUrl,
+        LOG_LEVEL: 'warn',
+        // Load testing from one address: the per-address caps and rates are for the internet.
+        MAX_CONNECTIONS_PER_IP: '0',
+        NEW_DOCUMENTS_PER_MINUTE: '0',
+        BATCHES_PER_SECOND: '0',
+        PULLS_PER_SECOND: '0',
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  const lines: string[] = [];
+  createInterface({ input: child.stdout! }).on('line', (line) => lines.push(line));
+  const deadline = Date.now() + 60_000;
+  while (!lines.some((line) => line.startsWith('gateway '))) {
+    if (Date.now() > deadline || child.exitCode !== null)
+      throw new Error('the cluster did not start');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const gateway = lines.find((line) => line.startsWith('gateway '))!.split(' ')[1]!;
+  const firstNode = lines.find((line) => line.startsWith('node '))!.split(' ')[4]!;
+  return {
+    gateway,
+    firstNode,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+async function measure(label: string, url: string, round: number, run: number): Promise<Figures> {
+  const load = loadavg()[0]!;
+  const result = await runSwarm({
+    url,
+    levels: [editors],
+    docs,
+    ratePerSec,
+    durationSec,
+    warmupWindows: 1,
+    fullPerDoc: 0,
+    // Documents of this run only: earlier runs' documents stay in Redis.
+    seed: 1000 * round + run,
+  });
+  const level = result.levels[0]!;
+  const steady = level.steady;
+  return {
+    label,
+    round,
+    load,
+    offeredPerSec: editors * ratePerSec,
+    confirmedPerSec: steady.confirmedPerSec,
+    p50Ms: steady.latency?.p50Ms ?? null,
+    p99Ms: steady.latency?.p99Ms ?? null,
+    refused: steady.refusalShare,
+    converged: result.converged,
+  };
+}
+
+const all: Figures[] = [];
+for (let round = 1; round <= rounds; round++) {
+  let run = 0;
+  for (const nodes of nodeCounts) {
+    const cluster = await startCluster(nodes);
+    try {
+      if (nodes === 1) {
+        all.push(await measure('1 node, direct', cluster.firstNode, round, run++));
+      }
+      all.push(await measure(`${nodes} node(s), gateway`, cluster.gateway, round, run++));
+    } finally {
+      await cluster.stop();
+    }
+    console.log(JSON.stringify(all.slice(-2)));
+  }
+}
+
+const median = (xs: number[]) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted.length === 0 ? NaN : sorted[Math.floor((sorted.length - 1) / 2)]!;
+};
+const range = (xs: number[]) => `${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)}`;
+const labels = [...new Set(all.map((f) => f.label))];
+const rows = labels.map((label) => {
+  const runs = all.filter((f) => f.label === label);
+  const pick = (key: 'confirmedPerSec' | 'p50Ms' | 'p99Ms') =>
+    runs.map((f) => f[key]).filter((v): v is number => v !== null);
+  return `| ${label} | ${median(pick('confirmedPerSec')).toFixed(0)} (${range(pick('confirmedPerSec'))}) | ${median(pick('p50Ms')).toFixed(1)} (${range(pick('p50Ms'))}) | ${median(pick('p99Ms')).toFixed(1)} (${range(pick('p99Ms'))}) | ${(100 * median(runs.map((f) => f.refused))).toFixed(2)}% | ${runs.every((f) => f.converged) ? 'yes' : 'NO'} |`;
+});
+console.log(
+  [
+    `${editors} editors over ${docs} documents at ${ratePerSec} edits/s (${editors * ratePerSec} offered), ${durationSec} s per run, ${rounds} rounds alternating; ${cpus().length} × ${cpus()[0]?.model}, Node ${process.version}; load ${all.map((f) => f.load.toFixed(2)).join(', ')}`,
+    '',
+    '| Configuration | Confirmed edits/s | Client p50 (ms) | Client p99 (ms) | Refused | Converged |',
+    '| :--- | ---: | ---: | ---: | ---: | :--- |',
+    ...rows,
+  ].join('\n'),
+);
+await writeFile(
+  values.json,
+  JSON.stringify({ editors, docs, ratePerSec, durationSec, runs: all }, null, 2),
+);
