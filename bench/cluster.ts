@@ -34,16 +34,31 @@ const durationSec = Number(values.duration);
 const rounds = Number(values.rounds);
 const nodeCounts = values.nodes.split(',').map(Number);
 
-/// A port nothing listens on now (the OS picks it).
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
+/// The first of `count` consecutive ports free now, below Linux's ephemeral range: the swarm's
+/// own outgoing connections take ephemeral ports by the hundred.
+async function freePortRange(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * (12_000 - count));
+    const servers: ReturnType<typeof createServer>[] = [];
+    try {
+      for (let i = 0; i < count; i++) {
+        const server = createServer();
+        servers.push(server);
+        await new Promise<void>((resolve, reject) => {
+          server.once('error', reject);
+          server.listen(base + i, '127.0.0.1', () => resolve());
+        });
+      }
+      return base;
+    } catch {
+      // Taken: another range.
+    } finally {
+      await Promise.all(
+        servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))),
+      );
+    }
+  }
+  throw new Error(`no ${count} consecutive free ports`);
 }
 
 interface Figures {
@@ -63,8 +78,8 @@ interface Figures {
 async function startCluster(
   nodes: number,
 ): Promise<{ gateway: string; firstNode: string; stop(): Promise<void> }> {
-  const port = await freePort();
-  const basePort = await freePort();
+  const port = await freePortRange(nodes + 1);
+  const basePort = port + 1;
   const child: ChildProcess = spawn(
     process.execPath,
     [

@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
 import type { StepJSON } from '../../schema/index.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';
-import { freePort } from '../support/redis_process.js';
+import { freePortRange } from '../support/redis_process.js';
 import { waitFor } from '../support/wait.js';
 
 // `npm run cluster`: three nodes on a real Redis behind the nginx gateway. Documents spread
@@ -33,8 +33,9 @@ describe('a cluster of three nodes behind the gateway', () => {
   const run = randomUUID().slice(0, 8);
 
   before(async () => {
-    const port = await freePort();
-    const basePort = await freePort();
+    // The gateway and three nodes on consecutive ports outside the ephemeral range.
+    const port = await freePortRange(4);
+    const basePort = port + 1;
     cluster = spawn(
       process.execPath,
       [

@@ -14,6 +14,31 @@ export async function freePort(): Promise<number> {
   return address.port;
 }
 
+/// The first of `count` consecutive ports that are free now, below Linux's ephemeral range
+/// (32768–60999): a port the OS picks for us is free, but the ones after it may be taken at
+/// any moment by outgoing connections, which a swarm of test clients makes by the hundred.
+export async function freePortRange(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * (12_000 - count));
+    const servers = [];
+    try {
+      for (let i = 0; i < count; i++) {
+        const server = createServer();
+        server.listen(base + i, '127.0.0.1');
+        servers.push(server);
+        await once(server, 'listening');
+      }
+      return base;
+    } catch {
+      // One of them is taken: another range.
+    } finally {
+      for (const server of servers) server.close();
+      await Promise.all(servers.map((server) => once(server, 'close').catch(() => {})));
+    }
+  }
+  throw new Error(`no ${count} consecutive free ports`);
+}
+
 /// A throwaway redis-server for tests that stop, pause and restart Redis. Without `dir` it
 /// keeps nothing; with `dir` it writes an append-only file there with `appendfsync always`, so
 /// a restart after SIGKILL finds every write it acknowledged, like a production Redis.
