@@ -9,10 +9,23 @@ import { build } from 'esbuild';
 /// source maps point at them. Rejects when esbuild reports an error.
 export async function buildWeb(root: string): Promise<string> {
   const out = `${root}/dist/web-bundle`;
+  await bundleForBrowser(root, { main: 'web/main.ts', style: 'web/style.css' }, out);
+  await copyFile(`${root}/web/index.html`, `${out}/index.html`);
+  return out;
+}
+
+/// Bundles `entryPoints` (relative to `root`) for the browser into `out`: ES modules for
+/// current browsers, minified, with source maps, `process.env.NODE_ENV` set to production (some
+/// dependencies read it). Shared by the web editor and the examples.
+export async function bundleForBrowser(
+  root: string,
+  entryPoints: Record<string, string>,
+  out: string,
+): Promise<void> {
   await mkdir(out, { recursive: true });
   await build({
     absWorkingDir: root,
-    entryPoints: { main: 'web/main.ts', style: 'web/style.css' },
+    entryPoints,
     outdir: out,
     bundle: true,
     format: 'esm',
@@ -24,8 +37,6 @@ export async function buildWeb(root: string): Promise<string> {
     define: { 'process.env.NODE_ENV': '"production"' },
     logLevel: 'warning',
   });
-  await copyFile(`${root}/web/index.html`, `${out}/index.html`);
-  return out;
 }
 
 // Run as a script (`node dist/web/build.js`), from anywhere: the repository is two folders up.
