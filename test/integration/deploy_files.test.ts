@@ -122,6 +122,34 @@ describe('docker-compose.yml', () => {
   });
 });
 
+describe('docker-compose config', () => {
+  it('accepts the file, for the default set and the cluster profile, and demands AUTH_SECRET', async () => {
+    const compose = (args: string[], env: Record<string, string>) =>
+      run('docker-compose', ['-f', join(root, 'docker-compose.yml'), ...args], {
+        cwd: root,
+        env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', ...env },
+      });
+    const secret = { AUTH_SECRET: 'x'.repeat(64) };
+    await compose(['config', '-q'], secret);
+    const services = async (profile: string[]) =>
+      (await compose([...profile, 'config', '--services'], secret)).stdout
+        .split('\n')
+        .filter(Boolean)
+        .sort();
+    // (Which services each profile starts is checked on the parsed file above: docker-compose
+    // v1 lists every service here, whatever the profile.)
+    assert.deepEqual(await services(['--profile', 'cluster']), [
+      'gateway',
+      'node-1',
+      'node-2',
+      'node-3',
+      'redis',
+      'server',
+    ]);
+    await assert.rejects(compose(['config', '-q'], {}), /AUTH_SECRET/);
+  });
+});
+
 describe('the gateway config', () => {
   it('routes documents by id, upgrades websockets, and is accepted by nginx -t', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
