@@ -1,11 +1,11 @@
 import type { SwarmOptions } from '../client-sim/options.js';
 import { fetchServerWindows } from '../client-sim/server_http.js';
-import { CpuSampler, startServerProcess } from '../client-sim/server_process.js';
+import { cpuProbeArgs, ProbeCpuSamples, startServerProcess } from '../client-sim/server_process.js';
 import { runSwarm } from '../client-sim/swarm.js';
 
 /// The figures of one swarm level against a fresh server child, over the level's steady
 /// windows (after the warm-up). Server figures are null when the server keeps no metrics
-/// windows (METRICS=off); CPU is null off Linux.
+/// windows (METRICS=off).
 export interface MeasuredRun {
   label: string;
   confirmedPerSec: number;
@@ -14,9 +14,16 @@ export interface MeasuredRun {
   /// `steps` messages accepted: sent minus refused, counted by the simulator so that it is
   /// the same count with and without server metrics.
   acceptedBatches: number;
+  /// Edits confirmed to the people who made them (a batch carries one or more edits).
+  confirmedEdits: number;
   refusalShare: number;
-  /// The server child's user + system CPU over the steady windows, per 1,000 accepted batches.
+  /// The server child's user + system CPU over the steady windows, per 1,000 accepted batches,
+  /// as the child reads it of itself.
   cpuMsPer1000: number | null;
+  /// The server child's CPU over the steady windows, in all.
+  cpuMs: number | null;
+  /// The length of the steady windows together.
+  steadySec: number;
   /// Medians over the steady windows of the server's own per-window percentiles.
   serverP50Ms: number | null;
   serverP99Ms: number | null;
@@ -33,20 +40,23 @@ export async function measuredRun(
   env: Record<string, string>,
   options: Partial<SwarmOptions> & { levels: [number] },
 ): Promise<MeasuredRun> {
-  const server = await startServerProcess(env);
-  const sampler = new CpuSampler(server.pid);
+  // The CPU figure is read by the server process itself (`client-sim/cpu_probe.ts`).
+  const server = await startServerProcess(env, { nodeArgs: cpuProbeArgs, ipc: true });
+  const sampler = new ProbeCpuSamples(server.child);
   let result, windows;
   try {
     result = await runSwarm({ ...options, url: server.url });
     windows = await fetchServerWindows(server.url, 60);
   } finally {
-    await sampler.stop();
+    sampler.stop();
     await server.stop();
   }
   const level = result.levels[0]!;
   const steady = level.windows.filter((window) => window.steady);
   let accepted = 0;
+  let confirmedEdits = 0;
   for (const window of steady) {
+    confirmedEdits += window.confirmed;
     let refused = 0;
     for (const count of Object.values(window.refusals)) refused += count;
     accepted += window.sends - refused;
@@ -72,6 +82,9 @@ export async function measuredRun(
     clientP50Ms: level.steady.latency?.p50Ms ?? null,
     clientP99Ms: level.steady.latency?.p99Ms ?? null,
     acceptedBatches: accepted,
+    confirmedEdits,
+    cpuMs,
+    steadySec: steady.reduce((sum, window) => sum + (window.endMs - window.startMs), 0) / 1000,
     refusalShare: level.steady.refusalShare,
     cpuMsPer1000: cpuMs === null || accepted === 0 ? null : (cpuMs / accepted) * 1000,
     serverP50Ms: field('latencyP50Ms'),

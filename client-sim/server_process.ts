@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import type { CpuReading } from './cpu_probe.js';
 import { probeServer } from './server_http.js';
 
 /// The server's entry point in the build output, `dist/server/main.js`.
@@ -90,26 +91,14 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
   return env;
 }
 
-/// Samples a process's CPU time (user + system, from `/proc/<pid>/stat`) every `everyMs`, so
-/// that the CPU spent between two wall-clock instants can be read afterwards. Linux only: on
-/// other systems, or when the file cannot be read, `cpuMsBetween` returns null.
-export class CpuSampler {
-  private readonly samples: { atMs: number; cpuMs: number }[] = [];
-  private readonly timer: NodeJS.Timeout;
-  private readonly tickMs = 10; // USER_HZ is 100 on every Linux this runs on.
+/// CPU time samples of one process, so that the CPU spent between two wall-clock instants can
+/// be read afterwards (interpolated between the nearest samples).
+export class CpuSamples {
+  protected readonly samples: { atMs: number; cpuMs: number }[] = [];
 
-  constructor(
-    private readonly pid: number,
-    everyMs = 250,
-  ) {
-    this.timer = setInterval(() => void this.sample(), everyMs);
-    void this.sample();
-  }
-
-  /// Stops sampling, after one last sample.
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    await this.sample();
+  /// Notes that the process had used `cpuMs` of CPU by `atMs` (ms since the epoch).
+  push(atMs: number, cpuMs: number): void {
+    this.samples.push({ atMs, cpuMs });
   }
 
   /// CPU milliseconds the process used from `fromMs` to `toMs` (wall clock, ms since the
@@ -134,6 +123,29 @@ export class CpuSampler {
     }
     return list[list.length - 1]!.cpuMs;
   }
+}
+
+/// Samples a process's CPU time (user + system, from `/proc/<pid>/stat`) every `everyMs`.
+/// Linux only: on other systems, or when the file cannot be read, `cpuMsBetween` returns null.
+/// Its resolution is the kernel's 10 ms tick; `ProbeCpuSamples` reads the process itself.
+export class CpuSampler extends CpuSamples {
+  private readonly timer: NodeJS.Timeout;
+  private readonly tickMs = 10; // USER_HZ is 100 on every Linux this runs on.
+
+  constructor(
+    private readonly pid: number,
+    everyMs = 250,
+  ) {
+    super();
+    this.timer = setInterval(() => void this.sample(), everyMs);
+    void this.sample();
+  }
+
+  /// Stops sampling, after one last sample.
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.sample();
+  }
 
   private async sample(): Promise<void> {
     try {
@@ -142,14 +154,41 @@ export class CpuSampler {
       // utime and stime are fields 14 and 15 of the line, 12 and 13 after the ')'.
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       const ticks = Number(fields[11]) + Number(fields[12]);
-      this.samples.push({ atMs: Date.now(), cpuMs: ticks * this.tickMs });
+      this.push(Date.now(), ticks * this.tickMs);
     } catch {
       // Not Linux, or the process has exited: the span it would have covered reads as null.
     }
   }
 }
 
-function freePort(): Promise<number> {
+/// The CPU readings a child started with `cpuProbeArgs` (and `ipc`) sends of itself: its own
+/// `process.cpuUsage()`, in microseconds, every 250 ms.
+export class ProbeCpuSamples extends CpuSamples {
+  private readonly listener = (message: unknown) => {
+    const reading = message as Partial<CpuReading> | null;
+    if (reading?.probe === 'cpu' && typeof reading.atMs === 'number') {
+      this.push(reading.atMs, (reading.cpuUs ?? 0) / 1000);
+    }
+  };
+
+  constructor(private readonly child: ChildProcess) {
+    super();
+    child.on('message', this.listener);
+  }
+
+  stop(): void {
+    this.child.off('message', this.listener);
+  }
+}
+
+/// The Node options that preload the CPU probe (`client-sim/cpu_probe.ts`) into a child.
+export const cpuProbeArgs: readonly string[] = [
+  '--import',
+  new URL('./cpu_probe.js', import.meta.url).href,
+];
+
+/// A port free on 127.0.0.1 a moment ago, picked by the OS.
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const probe = createServer();
     probe.once('error', reject);

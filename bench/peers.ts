@@ -1,0 +1,246 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { cpuProbeArgs, freePort, ProbeCpuSamples } from '../client-sim/server_process.js';
+import { fixed, measuredRun, median } from './measured_run.js';
+import { runYjsSwarm } from './peers/yjs_swarm.js';
+
+// `npm run bench:peers`: Scriptorium and Hocuspocus side by side under the same load, one
+// document, editors typing at 5 edits/s each, on loopback. Each server runs in its own child
+// process with `client-sim/cpu_probe.ts` preloaded, so the CPU figure is what the server
+// process reads of itself, the same way for both; the simulated editors run in this process.
+// Runs alternate (round 1: Scriptorium then Hocuspocus, round 2 the other way round, ...) so
+// that drift on the shared machine falls on both; the table gives medians over the rounds and
+// the median of the per-round ratios.
+//
+// What is compared:
+// - Scriptorium: `dist/server/main.js`, memory store, default settings; the simulator's light
+//   and full editors (`client-sim`), latency from an edit to the broadcast that confirms it to
+//   its author (after the authority, the journal and the fan-out).
+// - Hocuspocus (`@hocuspocus/server`, its defaults, no extension): one Y.Doc and one
+//   HocuspocusProvider per editor (`bench/peers/yjs_swarm.ts`), latency from an edit to the
+//   server's acknowledgement of it (Hocuspocus acknowledges once the update is applied, before
+//   its broadcast goes out).
+// CPU per edit is the server's CPU over the steady span divided by the edits it confirmed
+// (Scriptorium) or acknowledged (Hocuspocus) in that span.
+
+const usage = `Usage: npm run bench:peers -- [options]
+
+  --editors A,B,...   editor counts, one document (default 30,60)
+  --rounds N          alternating rounds per count (default 2; an even number balances the order)
+  --duration S        editing time per run, warm-up included (default 40)
+  --rate R            edits per second per editor (default 5)
+  --seed N            simulator seed (default 1)
+  --env KEY=VALUE     extra environment for the Scriptorium server (repeatable)
+`;
+
+interface PeerRun {
+  server: 'scriptorium' | 'hocuspocus';
+  editors: number;
+  round: number;
+  editsPerSec: number;
+  cpuUsPerEdit: number | null;
+  p50Ms: number | null;
+  p99Ms: number | null;
+  converged: boolean;
+}
+
+const hocuspocusEntry = fileURLToPath(new URL('./peers/hocuspocus_server.js', import.meta.url));
+const warmupSec = 10;
+
+async function runScriptorium(editors: number, round: number, options: Options): Promise<PeerRun> {
+  const run = await measuredRun(`scriptorium ${editors} editors`, options.env, {
+    levels: [editors],
+    docs: 1,
+    ratePerSec: options.rate,
+    durationSec: options.duration,
+    warmupWindows: 1,
+    seed: options.seed + round,
+  });
+  return {
+    server: 'scriptorium',
+    editors,
+    round,
+    editsPerSec: run.steadySec > 0 ? run.confirmedEdits / run.steadySec : 0,
+    cpuUsPerEdit:
+      run.cpuMs === null || run.confirmedEdits === 0
+        ? null
+        : (run.cpuMs * 1000) / run.confirmedEdits,
+    p50Ms: run.clientP50Ms,
+    p99Ms: run.clientP99Ms,
+    converged: run.converged,
+  };
+}
+
+async function runHocuspocus(editors: number, round: number, options: Options): Promise<PeerRun> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [...cpuProbeArgs, hocuspocusEntry], {
+    env: { ...process.env, PORT: String(port) },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const samples = new ProbeCpuSamples(child);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('Hocuspocus did not start in 15 s')), 15_000);
+      child.on('message', (message: { ready?: boolean }) => {
+        if (message?.ready) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.once('exit', (code) => reject(new Error(`Hocuspocus exited with ${code}`)));
+    });
+    const result = await runYjsSwarm({
+      url: `ws://127.0.0.1:${port}`,
+      editors,
+      docName: `peers-${round}`,
+      ratePerSec: options.rate,
+      durationSec: options.duration,
+      warmupSec,
+      seed: options.seed + round,
+    });
+    const cpuMs = samples.cpuMsBetween(result.steadyFromMs, result.steadyToMs);
+    const steadySec = (result.steadyToMs - result.steadyFromMs) / 1000;
+    return {
+      server: 'hocuspocus',
+      editors,
+      round,
+      editsPerSec: result.acknowledged / steadySec,
+      cpuUsPerEdit:
+        cpuMs === null || result.acknowledged === 0 ? null : (cpuMs * 1000) / result.acknowledged,
+      p50Ms: result.p50Ms,
+      p99Ms: result.p99Ms,
+      converged: result.converged,
+    };
+  } finally {
+    samples.stop();
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+interface Options {
+  editors: number[];
+  rounds: number;
+  duration: number;
+  rate: number;
+  seed: number;
+  env: Record<string, string>;
+}
+
+function parseOptions(): Options {
+  const { values } = parseArgs({
+    options: {
+      editors: { type: 'string', default: '30,60' },
+      rounds: { type: 'string', default: '2' },
+      duration: { type: 'string', default: '40' },
+      rate: { type: 'string', default: '5' },
+      seed: { type: 'string', default: '1' },
+      env: { type: 'string', multiple: true, default: [] },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(usage);
+    process.exit(0);
+  }
+  const positive = (name: string, text: string, min = 1) => {
+    const value = Number(text);
+    if (!Number.isInteger(value) || value < min) {
+      throw new Error(`--${name} takes an integer of at least ${min}, got "${text}"`);
+    }
+    return value;
+  };
+  const env: Record<string, string> = {};
+  for (const pair of values.env) {
+    const at = pair.indexOf('=');
+    if (at <= 0) throw new Error(`--env takes KEY=VALUE, got "${pair}"`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+  return {
+    editors: values.editors.split(',').map((text) => positive('editors', text)),
+    rounds: positive('rounds', values.rounds),
+    duration: positive('duration', values.duration, warmupSec + 10),
+    rate: Number(values.rate) > 0 ? Number(values.rate) : positive('rate', values.rate),
+    seed: positive('seed', values.seed, 0),
+    env,
+  };
+}
+
+function line(run: PeerRun): string {
+  return `${run.server} ${run.editors} editors, round ${run.round}: ${fixed(
+    run.editsPerSec,
+    1,
+  )} edits/s, server CPU ${fixed(run.cpuUsPerEdit, 0)} µs/edit, client p50/p99 ${fixed(
+    run.p50Ms,
+    1,
+  )}/${fixed(run.p99Ms, 1)} ms, ${run.converged ? 'converged' : 'DIVERGED'}`;
+}
+
+async function main(): Promise<void> {
+  const options = parseOptions();
+  const runs: PeerRun[] = [];
+  for (const editors of options.editors) {
+    for (let round = 1; round <= options.rounds; round++) {
+      const order =
+        round % 2 === 1 ? [runScriptorium, runHocuspocus] : [runHocuspocus, runScriptorium];
+      for (const run of order) {
+        const result = await run(editors, round, options);
+        runs.push(result);
+        console.log(line(result));
+      }
+    }
+  }
+
+  console.log('');
+  console.log(
+    '| Editors | Scriptorium CPU/edit | Hocuspocus CPU/edit | Ratio (median of rounds) | Scriptorium p99 | Hocuspocus p99 | Edits/s (S / H) |',
+  );
+  console.log('| ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  for (const editors of options.editors) {
+    const of = (server: PeerRun['server']) =>
+      runs.filter((run) => run.editors === editors && run.server === server);
+    const ours = of('scriptorium');
+    const theirs = of('hocuspocus');
+    const ratios = ours.map((run, i) =>
+      run.cpuUsPerEdit !== null && theirs[i]?.cpuUsPerEdit
+        ? run.cpuUsPerEdit / theirs[i]!.cpuUsPerEdit!
+        : null,
+    );
+    const med = (list: PeerRun[], pick: (run: PeerRun) => number | null) => median(list.map(pick));
+    console.log(
+      `| ${editors} | ${fixed(
+        med(ours, (r) => r.cpuUsPerEdit),
+        0,
+      )} µs | ${fixed(
+        med(theirs, (r) => r.cpuUsPerEdit),
+        0,
+      )} µs | ${fixed(median(ratios), 2)}× | ${fixed(
+        med(ours, (r) => r.p99Ms),
+        1,
+      )} ms | ${fixed(
+        med(theirs, (r) => r.p99Ms),
+        1,
+      )} ms | ${fixed(
+        med(ours, (r) => r.editsPerSec),
+        0,
+      )} / ${fixed(
+        med(theirs, (r) => r.editsPerSec),
+        0,
+      )} |`,
+    );
+  }
+  const diverged = runs.filter((run) => !run.converged);
+  if (diverged.length > 0) {
+    console.error(`${diverged.length} run(s) did not converge`);
+    process.exitCode = 1;
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err instanceof Error ? err.message : err);
+  process.exitCode = 1;
+});
