@@ -48,7 +48,7 @@ export async function measuredRun(
     result = await runSwarm({ ...options, url: server.url });
     windows = await fetchServerWindows(server.url, 60);
   } finally {
-    sampler.stop();
+    await sampler.stop();
     await server.stop();
   }
   const level = result.levels[0]!;

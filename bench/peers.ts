@@ -18,9 +18,8 @@ import { runYjsSwarm } from './peers/yjs_swarm.js';
 //   and full editors (`client-sim`), latency from an edit to the broadcast that confirms it to
 //   its author (after the authority, the journal and the fan-out).
 // - Hocuspocus (`@hocuspocus/server`, its defaults, no extension): one Y.Doc and one
-//   HocuspocusProvider per editor (`bench/peers/yjs_swarm.ts`), latency from an edit to the
-//   server's acknowledgement of it (Hocuspocus acknowledges once the update is applied, before
-//   its broadcast goes out).
+//   HocuspocusProvider per editor (`bench/peers/yjs_swarm.ts`), latency from an edit to its
+//   arrival at another editor (the broadcast landing, as with Scriptorium's figure).
 // CPU per edit is the server's CPU over the steady span divided by the edits it confirmed
 // (Scriptorium) or acknowledged (Hocuspocus) in that span.
 
@@ -114,7 +113,7 @@ async function runHocuspocus(editors: number, round: number, options: Options): 
       converged: result.converged,
     };
   } finally {
-    samples.stop();
+    await samples.stop();
     child.kill('SIGTERM');
     const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
     await exited;

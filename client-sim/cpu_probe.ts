@@ -4,9 +4,10 @@
 // same way for every server compared: Scriptorium's and a peer's alike, without a line of
 // either changed.
 //
-// Every `everyMs` it sends `{probe: 'cpu', atMs, cpuUs}` to the parent: the wall clock
-// (ms since the epoch, the same clock the simulator's windows use) and the user + system CPU
-// the process has used since it started.
+// Every `everyMs`, and at once when the parent sends `{probe: 'cpu'}`, it sends
+// `{probe: 'cpu', atMs, cpuUs}` to the parent: the wall clock (ms since the epoch, the same
+// clock the simulator's windows use) and the user + system CPU the process has used since it
+// started.
 
 /// What the probe sends.
 export interface CpuReading {
@@ -27,5 +28,8 @@ function send(): void {
 // unref: the probe must never keep a server that is shutting down alive. The channel itself
 // is unref'd for the same reason (a child with IPC otherwise waits for the parent).
 setInterval(send, everyMs).unref();
+process.on('message', (message: { probe?: string } | null) => {
+  if (message?.probe === 'cpu') send();
+});
 process.channel?.unref();
 send();

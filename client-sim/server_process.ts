@@ -176,8 +176,27 @@ export class ProbeCpuSamples extends CpuSamples {
     child.on('message', this.listener);
   }
 
-  stop(): void {
-    this.child.off('message', this.listener);
+  /// Asks the child for a last reading, waits up to a second for it, and stops listening.
+  async stop(): Promise<void> {
+    const child = this.child;
+    if (child.connected && child.exitCode === null) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, 1000);
+        function done() {
+          clearTimeout(timer);
+          child.off('message', onReading);
+          resolve();
+        }
+        function onReading(message: unknown) {
+          if ((message as Partial<CpuReading> | null)?.probe === 'cpu') done();
+        }
+        child.on('message', onReading);
+        child.send({ probe: 'cpu' }, (err) => {
+          if (err) done();
+        });
+      });
+    }
+    child.off('message', this.listener);
   }
 }
 

@@ -28,9 +28,13 @@ export interface YjsSwarmResult {
   editsMade: number;
   /// Edits the server acknowledged (its SyncStatus message) within the span.
   acknowledged: number;
-  /// Edit to acknowledgement, over the acknowledgements of the span.
+  /// Edit to its arrival at another editor (one editor watches every other's edits), over
+  /// the span: the same moment as Scriptorium's edit-to-confirm, when the broadcast lands.
   p50Ms: number | null;
   p99Ms: number | null;
+  /// Edit to the server's acknowledgement (its SyncStatus message) to the author.
+  ackP50Ms: number | null;
+  ackP99Ms: number | null;
   /// Every editor's document reads the same once all acknowledgements are in.
   converged: boolean;
 }
@@ -44,6 +48,12 @@ const words = ['the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', '
 /// Tiptap page has. Each edit is one Yjs transaction, which the provider sends at once (its
 /// default, no client-side batching); it is acknowledged by the server's SyncStatus message,
 /// which Hocuspocus sends per update once the update is applied.
+interface SwarmCounter {
+  /// An edit was made; its first item will have the id `key` (`client:clock`).
+  edit(key: string, atMs: number): void;
+  acknowledged(latencyMs: number): void;
+}
+
 class YjsEditor {
   readonly doc = new Y.Doc();
   readonly provider: HocuspocusProvider;
@@ -55,7 +65,7 @@ class YjsEditor {
   constructor(
     options: YjsSwarmOptions,
     private readonly random: Random,
-    private readonly counter: { edit(): void; acknowledged(latencyMs: number): void },
+    private readonly counter: SwarmCounter,
   ) {
     this.pace = new Pace(options.ratePerSec, random);
     this.socket = new HocuspocusProviderWebsocket({
@@ -123,8 +133,9 @@ class YjsEditor {
   private edit(): void {
     const fragment = this.doc.getXmlFragment(fragmentName);
     const random = this.random;
-    this.moments.push(performance.now());
-    this.counter.edit();
+    const now = performance.now();
+    this.moments.push(now);
+    this.counter.edit(`${this.doc.clientID}:${Y.getState(this.doc.store, this.doc.clientID)}`, now);
     this.doc.transact(() => {
       if (fragment.length === 0) {
         fragment.insert(0, [paragraph(sentence(random))]);
@@ -170,19 +181,39 @@ function sentence(random: Random): string {
 export async function runYjsSwarm(options: YjsSwarmOptions): Promise<YjsSwarmResult> {
   const seedRandom = new Random(options.seed);
   const latencyUs = createHistogram();
+  const ackUs = createHistogram();
   let acknowledged = 0;
   let editsMade = 0;
   let counting = false;
   const editors: YjsEditor[] = [];
-  const counter = {
-    edit() {
-      if (counting) editsMade++;
+  // Edits by their first item's id, until the watching editor has seen them arrive.
+  const made = new Map<string, number>();
+  const counter: SwarmCounter = {
+    edit(key, atMs) {
+      if (!counting) return;
+      editsMade++;
+      made.set(key, atMs);
     },
-    acknowledged(latencyMs: number) {
+    acknowledged(latencyMs) {
       if (!counting) return;
       acknowledged++;
-      latencyUs.record(Math.max(1, Math.round(latencyMs * 1000)));
+      ackUs.record(Math.max(1, Math.round(latencyMs * 1000)));
     },
+  };
+  // The first editor watches the others' edits arrive: the items of each update it receives
+  // (Hocuspocus merges the updates of a turn, and Yjs merges adjacent items of one author, so
+  // every clock an item covers is looked up).
+  const watch = (update: Uint8Array) => {
+    const now = performance.now();
+    for (const struct of Y.decodeUpdate(update).structs) {
+      for (let clock = struct.id.clock; clock < struct.id.clock + struct.length; clock++) {
+        const key = `${struct.id.client}:${clock}`;
+        const atMs = made.get(key);
+        if (atMs === undefined) continue;
+        made.delete(key);
+        latencyUs.record(Math.max(1, Math.round((now - atMs) * 1000)));
+      }
+    }
   };
   try {
     for (let i = 0; i < options.editors; i++) {
@@ -196,6 +227,10 @@ export async function runYjsSwarm(options: YjsSwarmOptions): Promise<YjsSwarmRes
     editors[0]!.seed(20);
     await new Promise((resolve) => setTimeout(resolve, 1000));
 
+    const watcher = editors[0]!;
+    watcher.doc.on('update', (update: Uint8Array, origin: unknown) => {
+      if (origin === watcher.provider) watch(update);
+    });
     for (const editor of editors) editor.start();
     await sleep(options.warmupSec * 1000);
     const steadyFromMs = Date.now();
@@ -217,6 +252,8 @@ export async function runYjsSwarm(options: YjsSwarmOptions): Promise<YjsSwarmRes
       acknowledged,
       p50Ms: latencyUs.count === 0 ? null : latencyUs.percentile(50) / 1000,
       p99Ms: latencyUs.count === 0 ? null : latencyUs.percentile(99) / 1000,
+      ackP50Ms: ackUs.count === 0 ? null : ackUs.percentile(50) / 1000,
+      ackP99Ms: ackUs.count === 0 ? null : ackUs.percentile(99) / 1000,
       converged,
     };
   } finally {
