@@ -16,6 +16,8 @@ export interface MeasuredRun {
   acceptedBatches: number;
   /// Edits confirmed to the people who made them (a batch carries one or more edits).
   confirmedEdits: number;
+  /// Steps in the accepted batches (steps sent, scaled by the share of batches accepted).
+  acceptedSteps: number;
   refusalShare: number;
   /// The server child's user + system CPU over the steady windows, per 1,000 accepted batches,
   /// as the child reads it of itself.
@@ -55,8 +57,12 @@ export async function measuredRun(
   const steady = level.windows.filter((window) => window.steady);
   let accepted = 0;
   let confirmedEdits = 0;
+  let stepsSent = 0;
+  let sends = 0;
   for (const window of steady) {
     confirmedEdits += window.confirmed;
+    stepsSent += window.stepsSent;
+    sends += window.sends;
     let refused = 0;
     for (const count of Object.values(window.refusals)) refused += count;
     accepted += window.sends - refused;
@@ -83,6 +89,7 @@ export async function measuredRun(
     clientP99Ms: level.steady.latency?.p99Ms ?? null,
     acceptedBatches: accepted,
     confirmedEdits,
+    acceptedSteps: sends === 0 ? 0 : (stepsSent * accepted) / sends,
     cpuMs,
     steadySec: steady.reduce((sum, window) => sum + (window.endMs - window.startMs), 0) / 1000,
     refusalShare: level.steady.refusalShare,

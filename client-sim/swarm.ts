@@ -33,6 +33,8 @@ export interface SwarmWindow {
   connected: number;
   edits: number;
   sends: number;
+  /// Steps in the `steps` messages sent.
+  stepsSent: number;
   confirmed: number;
   dropped: number;
   refusals: Record<string, number>;
@@ -420,6 +422,7 @@ function mergeWindows(
       connected: sum((w) => w.connected),
       edits: sum((w) => w.edits),
       sends,
+      stepsSent: sum((w) => w.stepsSent),
       confirmed: sum((w) => w.confirmed),
       dropped: sum((w) => w.dropped),
       refusals,

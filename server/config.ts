@@ -50,6 +50,9 @@ export interface Config {
   /// Proxies whose `X-Forwarded-For` is believed (addresses, CIDR ranges, or `loopback`,
   /// `linklocal`, `uniquelocal`); empty: the peer address is the client's.
   trustProxy: string[];
+  /// The least time between two flushes of a document (journal append, broadcast,
+  /// acknowledgements) while batches keep arriving; see `RoomOptions.flushIntervalMs`.
+  flushIntervalMs: number;
   snapshotEverySteps: number;
   snapshotEveryMs: number;
   idleUnloadMs: number;
@@ -108,6 +111,7 @@ export const defaults: Readonly<Config> = Object.freeze({
   maxLoadedDocuments: 2_000,
   maxProtocolErrors: 20,
   trustProxy: [],
+  flushIntervalMs: 10,
   snapshotEverySteps: 500,
   snapshotEveryMs: 30_000,
   idleUnloadMs: 30_000,
@@ -155,6 +159,7 @@ export const environment = {
   MAX_LOADED_DOCUMENTS: 'maxLoadedDocuments',
   MAX_PROTOCOL_ERRORS: 'maxProtocolErrors',
   TRUST_PROXY: 'trustProxy',
+  FLUSH_INTERVAL_MS: 'flushIntervalMs',
   SNAPSHOT_EVERY_STEPS: 'snapshotEverySteps',
   SNAPSHOT_EVERY_MS: 'snapshotEveryMs',
   IDLE_UNLOAD_MS: 'idleUnloadMs',
@@ -206,6 +211,7 @@ const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   newDocumentsPerMinute: [0, 10_000_000],
   maxLoadedDocuments: [1, 10_000_000],
   maxProtocolErrors: [1, 1_000_000],
+  flushIntervalMs: [0, 1_000],
   snapshotEverySteps: [1, 10_000_000],
   snapshotEveryMs: [100, 86_400_000],
   idleUnloadMs: [0, 86_400_000],

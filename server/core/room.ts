@@ -60,6 +60,11 @@ export interface RoomHooks {
 
 /// Room settings taken from the server configuration.
 export interface RoomOptions {
+  /// The least time between the starts of two flushes (ms). A batch that arrives after a
+  /// quiet spell is flushed at the end of its event-loop turn; while batches keep arriving,
+  /// those of the next `flushIntervalMs` wait and go together: one journal append, one
+  /// broadcast frame per editor instead of one per batch. 0 flushes every turn.
+  flushIntervalMs: number;
   snapshotEverySteps: number;
   snapshotEveryMs: number;
   /// Written into every snapshot: the version of the schema its document was made with.
@@ -123,6 +128,9 @@ export class Room {
   private pending: PendingBatch[] = [];
   private flushing = false;
   private flushScheduled = false;
+  /// When the last flush started (ms, `performance.now()`).
+  private lastFlushAt = -Infinity;
+  private readonly flushBound = (): void => this.flush();
   private snapshotting: Promise<boolean> | null = null;
   private snapshotTimer: NodeJS.Timeout | null = null;
   /// Resolves when nothing is pending or in flight; for graceful shutdown.
@@ -234,11 +242,17 @@ export class Room {
       received,
       applied: performance.now(),
     });
-    if (!this.flushScheduled && !this.flushing) {
-      this.flushScheduled = true;
-      // After the I/O callbacks of this turn: every batch that arrived in it joins one append.
-      setImmediate(() => this.flush());
-    }
+    if (!this.flushScheduled && !this.flushing) this.scheduleFlush();
+  }
+
+  /// Flushes after the I/O callbacks of this turn (every batch that arrived in it joins one
+  /// append and one broadcast), or, when the last flush started less than `flushIntervalMs`
+  /// ago, once that interval is over: under load the batches of the interval go together.
+  private scheduleFlush(): void {
+    this.flushScheduled = true;
+    const wait = this.lastFlushAt + this.options.flushIntervalMs - performance.now();
+    if (wait < 1) setImmediate(this.flushBound);
+    else setTimeout(this.flushBound, wait);
   }
 
   /// Resolves once nothing is waiting to be journaled.
@@ -362,6 +376,7 @@ export class Room {
     const group = this.pending;
     this.pending = [];
     this.flushing = true;
+    this.lastFlushAt = performance.now();
     const baseVersion = this.publishedVersion;
     let steps: StepJSON[];
     let clientIDs: string[];
@@ -499,8 +514,7 @@ export class Room {
 
   private flushNextOrSettle(): void {
     if (this.pending.length > 0 && this.state === 'open') {
-      this.flushScheduled = true;
-      setImmediate(() => this.flush());
+      if (!this.flushScheduled) this.scheduleFlush();
     } else {
       this.settleIdle();
     }

@@ -143,3 +143,63 @@ describe('protocol', () => {
     assert.equal(served.doc.type, 'doc');
   });
 });
+
+describe('flush interval under load', () => {
+  let server: TestServer;
+  before(async () => {
+    // Long enough that the test sees the holding, whatever the machine's speed.
+    server = await startServer({ flushIntervalMs: 1000 });
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it('flushes a batch after a quiet spell at once, and holds the next ones for one broadcast', async () => {
+    const a = rawSocket(server.url, 'interval', 'a');
+    const b = rawSocket(server.url, 'interval', 'b');
+    const watcher = rawSocket(server.url, 'interval', 'w');
+    try {
+      for (const socket of [a, b, watcher]) await ask(socket, 'join', {});
+      const seen: string[] = [];
+      watcher.on('steps', (message: { version: number; clientIDs: string[] }) =>
+        seen.push(`steps@${message.version}:${message.clientIDs.join(',')}`),
+      );
+      const first = EditorState.create({ doc: emptyDoc() }).tr.insertText('one', 1);
+      const startedAt = performance.now();
+      assert.deepEqual(
+        await ask(a, 'steps', { version: 0, steps: first.steps.map((s) => s.toJSON()) }),
+        { ok: true, version: 1 },
+      );
+      assert.ok(
+        performance.now() - startedAt < 500,
+        'the first batch did not wait for the interval',
+      );
+
+      // Within the interval of that flush: both wait and go out in one broadcast, which each
+      // sender sees before its acknowledgement.
+      const seenByA: string[] = [];
+      a.on('steps', (message: { version: number }) => seenByA.push(`steps@${message.version}`));
+      const second = EditorState.create({ doc: first.doc }).tr.insertText('two', 1);
+      const third = EditorState.create({ doc: second.doc }).tr.insertText('three', 1);
+      const [fromB, fromA] = await Promise.all([
+        ask<StepsAnswer>(b, 'steps', { version: 1, steps: second.steps.map((s) => s.toJSON()) }),
+        ask<StepsAnswer>(a, 'steps', {
+          version: 2,
+          steps: third.steps.map((s) => s.toJSON()),
+        }).then((answer) => {
+          seenByA.push(`ack@${answer.ok && answer.version}`);
+          return answer;
+        }),
+      ]);
+      assert.deepEqual(fromB, { ok: true, version: 2 });
+      assert.deepEqual(fromA, { ok: true, version: 3 });
+      assert.deepEqual(seenByA, ['steps@3', 'ack@3']);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.deepEqual(seen, ['steps@1:a', 'steps@3:b,a']);
+    } finally {
+      a.close();
+      b.close();
+      watcher.close();
+    }
+  });
+});

@@ -1,0 +1,163 @@
+import { parseArgs } from 'node:util';
+import { fixed, measuredRun, median, type MeasuredRun } from './measured_run.js';
+
+// `npm run bench:flush`: what the flush interval (FLUSH_INTERVAL_MS) does to a loaded server.
+// For each editor count, one run per interval against a fresh server child (memory store),
+// the intervals in a rotated order each round so that drift on the shared machine falls on all
+// of them; the same seed per round makes the runs the same workload. The CPU figures are read by
+// the server process itself (`client-sim/cpu_probe.ts`) over the steady windows:
+// - CPU per edit: server CPU / edits confirmed to their authors;
+// - CPU per delivery: server CPU / (accepted steps × editors of the document): every step
+//   reaches every editor, so this bounds from above what the fan-out costs per delivered step
+//   and recipient (it includes receiving, applying and acknowledging too).
+
+const usage = `Usage: npm run bench:flush -- [options]
+
+  --editors A,B,...    editor counts (default 30,60)
+  --docs D             documents the editors are spread over (default 1)
+  --intervals A,B,...  FLUSH_INTERVAL_MS values (default 0,10,20)
+  --rounds N           rounds (default 2)
+  --duration S         editing seconds per run; the first 10-s window is warm-up (default 40)
+  --rtt MS             added round trip in the simulator (default 0)
+  --seed N             seed (default 1)
+  --env KEY=VALUE      extra server environment (repeatable)
+`;
+
+interface Row {
+  editors: number;
+  interval: number;
+  run: MeasuredRun;
+}
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    strict: true,
+    options: {
+      editors: { type: 'string', default: '30,60' },
+      docs: { type: 'string', default: '1' },
+      intervals: { type: 'string', default: '0,10,20' },
+      rounds: { type: 'string', default: '2' },
+      duration: { type: 'string', default: '40' },
+      rtt: { type: 'string', default: '0' },
+      seed: { type: 'string', default: '1' },
+      env: { type: 'string', multiple: true, default: [] },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  const list = (name: string, text: string, min: number) =>
+    text.split(',').map((part) => {
+      const value = Number(part);
+      if (!Number.isInteger(value) || value < min) {
+        throw new Error(`--${name} takes integers of at least ${min}, got "${part}"`);
+      }
+      return value;
+    });
+  const editorCounts = list('editors', values.editors, 1);
+  const intervals = list('intervals', values.intervals, 0);
+  const [docs] = list('docs', values.docs, 1);
+  const [rounds] = list('rounds', values.rounds, 1);
+  const [duration] = list('duration', values.duration, 20);
+  const [rtt] = list('rtt', values.rtt, 0);
+  const [seed] = list('seed', values.seed, 0);
+  const env: Record<string, string> = {};
+  for (const pair of values.env) {
+    const at = pair.indexOf('=');
+    if (at <= 0) throw new Error(`--env takes KEY=VALUE, got "${pair}"`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+
+  const rows: Row[] = [];
+  for (const editors of editorCounts) {
+    for (let round = 0; round < rounds!; round++) {
+      // Rotate the order each round: 0,10,20 then 10,20,0 then 20,0,10 ...
+      const order = intervals.map((_, i) => intervals[(i + round) % intervals.length]!);
+      for (const interval of order) {
+        const run = await measuredRun(
+          `${editors} editors, FLUSH_INTERVAL_MS=${interval}, round ${round + 1}`,
+          { ...env, FLUSH_INTERVAL_MS: String(interval) },
+          {
+            levels: [editors],
+            docs: docs!,
+            ratePerSec: 5,
+            durationSec: duration!,
+            warmupWindows: 1,
+            rttMs: rtt!,
+            seed: seed! + round,
+          },
+        );
+        rows.push({ editors, interval, run });
+        console.log(
+          `${run.label}: ${fixed(perEdit(run), 0)} µs/edit, ${fixed(
+            perDelivery(run, editors / docs!),
+            2,
+          )} µs/delivery, ${fixed(run.confirmedEdits / run.steadySec, 1)} edits/s, client p50/p99 ${fixed(
+            run.clientP50Ms,
+            1,
+          )}/${fixed(run.clientP99Ms, 1)} ms, server p99 ${fixed(run.serverP99Ms, 2)} ms, refused ${(
+            run.refusalShare * 100
+          ).toFixed(2)}%, ${run.state}, ${run.converged ? 'converged' : 'DIVERGED'}`,
+        );
+      }
+    }
+  }
+
+  console.log('');
+  console.log(
+    '| Editors | FLUSH_INTERVAL_MS | CPU per edit | CPU per delivery | Edits/s | Client p50 | Client p99 | Refused |',
+  );
+  console.log('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  for (const editors of editorCounts) {
+    for (const interval of intervals) {
+      const runs = rows
+        .filter((row) => row.editors === editors && row.interval === interval)
+        .map((row) => row.run);
+      const med = (pick: (run: MeasuredRun) => number | null) => median(runs.map(pick));
+      console.log(
+        `| ${editors} | ${interval} | ${fixed(med(perEdit), 0)} µs | ${fixed(
+          med((run) => perDelivery(run, editors / docs!)),
+          2,
+        )} µs | ${fixed(
+          med((run) => run.confirmedEdits / run.steadySec),
+          0,
+        )} | ${fixed(
+          med((run) => run.clientP50Ms),
+          1,
+        )} ms | ${fixed(
+          med((run) => run.clientP99Ms),
+          1,
+        )} ms | ${fixed(
+          med((run) => run.refusalShare * 100),
+          2,
+        )}% |`,
+      );
+    }
+  }
+  return rows.some((row) => !row.run.converged) ? 1 : 0;
+}
+
+function perEdit(run: MeasuredRun): number | null {
+  return run.cpuMs === null || run.confirmedEdits === 0
+    ? null
+    : (run.cpuMs * 1000) / run.confirmedEdits;
+}
+
+function perDelivery(run: MeasuredRun, recipients: number): number | null {
+  return run.cpuMs === null || run.acceptedSteps === 0
+    ? null
+    : (run.cpuMs * 1000) / (run.acceptedSteps * recipients);
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    console.error(err instanceof Error ? err.message : err);
+    process.exitCode = 1;
+  },
+);
