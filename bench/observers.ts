@@ -1,0 +1,183 @@
+import { createHistogram } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { EditorState } from 'prosemirror-state';
+import { io, type Socket } from 'socket.io-client';
+import { Step } from 'prosemirror-transform';
+import { schema, type StepsAnswer, type StepsBroadcast, type SyncAnswer } from '../schema/index.js';
+import { cpuProbeArgs, ProbeCpuSamples, startServerProcess } from '../client-sim/server_process.js';
+import { fixed } from './measured_run.js';
+
+// `npm run bench:observers`: one writer, many read-only observers on one document. The writer
+// types at `--rate` edits per second; every observer notes when each broadcast reaches it.
+// Propagation = the moment the writer made the edit to the moment an observer has the
+// broadcast, over every (edit, observer) pair of the steady span. Writer and observers share
+// this process (one clock), the server is a child with the CPU probe; both share the machine's
+// two cores, so the figure includes the simulator taking its turn to read 1,000 sockets.
+
+const usage = `Usage: npm run bench:observers -- [options]
+
+  --observers N   read-only sockets (default 1000)
+  --rate R        the writer's edits per second (default 5)
+  --duration S    editing seconds; the first 5 are warm-up (default 30)
+  --env KEY=VALUE extra server environment (repeatable)
+`;
+
+function socketFor(url: string, clientID: string, readOnly: boolean): Socket {
+  return io(url, {
+    transports: ['websocket'],
+    forceNew: true,
+    reconnection: false,
+    query: { doc: 'observed' },
+    auth: { clientID, readOnly },
+  });
+}
+
+function ask<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
+  return new Promise((resolve, reject) =>
+    socket.timeout(30_000).emit(event, payload, (err: Error | null, answer: T) => {
+      if (err) reject(new Error(`no answer to ${event}`));
+      else resolve(answer);
+    }),
+  );
+}
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    args: process.argv.slice(2),
+    strict: true,
+    options: {
+      observers: { type: 'string', default: '1000' },
+      rate: { type: 'string', default: '5' },
+      duration: { type: 'string', default: '30' },
+      env: { type: 'string', multiple: true, default: [] },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(usage);
+    return 0;
+  }
+  const observers = Number(values.observers);
+  const rate = Number(values.rate);
+  const duration = Number(values.duration);
+  if (!Number.isInteger(observers) || observers < 1) throw new Error('--observers: a count');
+  if (!(rate > 0)) throw new Error('--rate: a positive number');
+  if (!Number.isInteger(duration) || duration < 10) throw new Error('--duration: at least 10');
+  const env: Record<string, string> = { MAX_CONNECTIONS_PER_IP: '0' };
+  for (const pair of values.env) {
+    const at = pair.indexOf('=');
+    if (at <= 0) throw new Error(`--env takes KEY=VALUE, got "${pair}"`);
+    env[pair.slice(0, at)] = pair.slice(at + 1);
+  }
+
+  const server = await startServerProcess(env, { nodeArgs: cpuProbeArgs, ipc: true });
+  const cpu = new ProbeCpuSamples(server.child);
+  const sockets: Socket[] = [];
+  try {
+    const writer = socketFor(server.url, 'writer', false);
+    sockets.push(writer);
+    const joined = await ask<SyncAnswer>(writer, 'join', {});
+    if (!joined.ok || !('doc' in joined)) throw new Error('the writer could not join');
+    let state = EditorState.create({ doc: schema.nodeFromJSON(joined.doc) });
+    let version = joined.version;
+
+    // Connect the observers in groups, so that the handshakes do not all land at once.
+    const propagationUs = createHistogram();
+    const made = new Map<number, number>();
+    let counting = false;
+    let deliveries = 0;
+    let missing = 0;
+    for (let i = 0; i < observers; i += 50) {
+      const group: Promise<unknown>[] = [];
+      for (let j = i; j < Math.min(observers, i + 50); j++) {
+        const socket = socketFor(server.url, `observer-${j}`, true);
+        sockets.push(socket);
+        socket.on('steps', (message: StepsBroadcast) => {
+          if (!counting) return;
+          const at = made.get(message.version);
+          if (at === undefined) {
+            missing++;
+            return;
+          }
+          deliveries++;
+          propagationUs.record(Math.max(1, Math.round((performance.now() - at) * 1000)));
+        });
+        group.push(ask<SyncAnswer>(socket, 'join', {}));
+      }
+      const answers = (await Promise.all(group)) as SyncAnswer[];
+      if (answers.some((answer) => !answer.ok)) throw new Error('an observer could not join');
+    }
+    console.log(`${observers} observers joined`);
+
+    // The writer: one insert per beat, the next one after its broadcast came back.
+    writer.on('steps', (message: StepsBroadcast) => {
+      for (const json of message.steps) {
+        const result = Step.fromJSON(schema, json).apply(state.doc);
+        if (result.doc) state = EditorState.create({ doc: result.doc, selection: state.selection });
+      }
+      version = message.version;
+    });
+    let edits = 0;
+    let refused = 0;
+    let skipped = 0;
+    let inFlight = false;
+    const beat = setInterval(() => {
+      // One batch in flight, as an editor has: a beat that finds the last one unanswered is
+      // skipped (and counted), so each version maps to the moment of its edit.
+      if (inFlight) {
+        skipped++;
+        return;
+      }
+      inFlight = true;
+      const tr = state.tr.insertText('x', 1 + Math.floor(Math.random() * 5));
+      const moment = performance.now();
+      made.set(version + tr.steps.length, moment);
+      edits++;
+      void ask<StepsAnswer>(writer, 'steps', {
+        version,
+        steps: tr.steps.map((step) => step.toJSON()),
+      }).then((answer) => {
+        inFlight = false;
+        if (!answer.ok) refused++;
+      });
+    }, 1000 / rate);
+    await new Promise((resolve) => setTimeout(resolve, 5000));
+    counting = true;
+    const fromMs = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, (duration - 5) * 1000));
+    clearInterval(beat);
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    counting = false;
+    const toMs = Date.now() - 2000;
+    await cpu.stop();
+    const cpuMs = cpu.cpuMsBetween(fromMs, toMs);
+    const pct = (p: number) =>
+      propagationUs.count === 0 ? null : propagationUs.percentile(p) / 1000;
+    console.log(
+      `${observers} observers, writer at ${rate}/s: ${edits} edits (${refused} refused, ${skipped} beats skipped), ${deliveries} deliveries counted, ${missing} unmatched`,
+    );
+    console.log(
+      `propagation p50/p90/p99/max ${fixed(pct(50), 1)}/${fixed(pct(90), 1)}/${fixed(
+        pct(99),
+        1,
+      )}/${fixed(propagationUs.count === 0 ? null : propagationUs.max / 1000, 1)} ms, server CPU ${fixed(
+        cpuMs === null ? null : cpuMs / ((toMs - fromMs) / 1000),
+        0,
+      )} ms/s`,
+    );
+    return refused > 0 ? 1 : 0;
+  } finally {
+    for (const socket of sockets) socket.close();
+    await server.stop();
+  }
+}
+
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    console.error(err instanceof Error ? err.message : err);
+    process.exitCode = 1;
+  },
+);
