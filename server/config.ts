@@ -50,9 +50,11 @@ export interface Config {
   /// Proxies whose `X-Forwarded-For` is believed (addresses, CIDR ranges, or `loopback`,
   /// `linklocal`, `uniquelocal`); empty: the peer address is the client's.
   trustProxy: string[];
-  /// The least time between two flushes of a document (journal append, broadcast,
-  /// acknowledgements) while batches keep arriving; see `RoomOptions.flushIntervalMs`.
+  /// How long a busy document gathers batches into one flush (journal append, broadcast,
+  /// acknowledgements): `flushUsPerSocket` µs per joined socket, at most `flushIntervalMs`; see
+  /// `RoomOptions.flushIntervalMs`.
   flushIntervalMs: number;
+  flushUsPerSocket: number;
   snapshotEverySteps: number;
   snapshotEveryMs: number;
   idleUnloadMs: number;
@@ -111,7 +113,8 @@ export const defaults: Readonly<Config> = Object.freeze({
   maxLoadedDocuments: 2_000,
   maxProtocolErrors: 20,
   trustProxy: [],
-  flushIntervalMs: 10,
+  flushIntervalMs: 40,
+  flushUsPerSocket: 500,
   snapshotEverySteps: 500,
   snapshotEveryMs: 30_000,
   idleUnloadMs: 30_000,
@@ -160,6 +163,7 @@ export const environment = {
   MAX_PROTOCOL_ERRORS: 'maxProtocolErrors',
   TRUST_PROXY: 'trustProxy',
   FLUSH_INTERVAL_MS: 'flushIntervalMs',
+  FLUSH_US_PER_SOCKET: 'flushUsPerSocket',
   SNAPSHOT_EVERY_STEPS: 'snapshotEverySteps',
   SNAPSHOT_EVERY_MS: 'snapshotEveryMs',
   IDLE_UNLOAD_MS: 'idleUnloadMs',
@@ -212,6 +216,7 @@ const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   maxLoadedDocuments: [1, 10_000_000],
   maxProtocolErrors: [1, 1_000_000],
   flushIntervalMs: [0, 1_000],
+  flushUsPerSocket: [0, 1_000_000],
   snapshotEverySteps: [1, 10_000_000],
   snapshotEveryMs: [100, 86_400_000],
   idleUnloadMs: [0, 86_400_000],

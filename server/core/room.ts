@@ -60,11 +60,15 @@ export interface RoomHooks {
 
 /// Room settings taken from the server configuration.
 export interface RoomOptions {
-  /// The least time between the starts of two flushes (ms). A batch that arrives after a
-  /// quiet spell is flushed at the end of its event-loop turn; while batches keep arriving,
-  /// those of the next `flushIntervalMs` wait and go together: one journal append, one
-  /// broadcast frame per editor instead of one per batch. 0 flushes every turn.
+  /// The most time between the starts of two flushes of a busy room (ms). A batch that
+  /// arrives after a quiet spell is flushed at the end of its event-loop turn; while batches
+  /// keep arriving, those of the next interval wait and go together: one journal append, one
+  /// broadcast frame per socket instead of one per batch. The interval is `flushUsPerSocket` µs
+  /// per joined socket, up to this: a flush costs a frame per socket, so a room's frames per
+  /// second stay bounded whatever its size, and a small room waits next to nothing.
+  /// 0 flushes every turn.
   flushIntervalMs: number;
+  flushUsPerSocket: number;
   snapshotEverySteps: number;
   snapshotEveryMs: number;
   /// Written into every snapshot: the version of the schema its document was made with.
@@ -246,11 +250,16 @@ export class Room {
   }
 
   /// Flushes after the I/O callbacks of this turn (every batch that arrived in it joins one
-  /// append and one broadcast), or, when the last flush started less than `flushIntervalMs`
-  /// ago, once that interval is over: under load the batches of the interval go together.
+  /// append and one broadcast), or, when the last flush started less than the room's flush
+  /// interval ago, once that interval is over: under load the batches of the interval go
+  /// together.
   private scheduleFlush(): void {
     this.flushScheduled = true;
-    const wait = this.lastFlushAt + this.options.flushIntervalMs - performance.now();
+    const interval = Math.min(
+      this.options.flushIntervalMs,
+      (this.sockets * this.options.flushUsPerSocket) / 1000,
+    );
+    const wait = this.lastFlushAt + interval - performance.now();
     if (wait < 1) setImmediate(this.flushBound);
     else setTimeout(this.flushBound, wait);
   }

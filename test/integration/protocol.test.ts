@@ -148,7 +148,7 @@ describe('flush interval under load', () => {
   let server: TestServer;
   before(async () => {
     // Long enough that the test sees the holding, whatever the machine's speed.
-    server = await startServer({ flushIntervalMs: 1000 });
+    server = await startServer({ flushIntervalMs: 1000, flushUsPerSocket: 1_000_000 });
   });
   after(async () => {
     await server.close();
