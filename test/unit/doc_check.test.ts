@@ -67,6 +67,20 @@ describe('checkChanged', () => {
     assert.throws(() => checkChanged(next, prev));
   });
 
+  it('finds a changed child the container does not take, of the same type or another', () => {
+    const paragraph = (text: string) => schema.node('paragraph', null, [schema.text(text)]);
+    const prev = schema.node('doc', null, [paragraph('a'), paragraph('b'), paragraph('c')]);
+    // Same type, same place, but with a node mark: the doc allows no marks on its blocks.
+    const marked = paragraph('B').mark([schema.marks.strong!.create()]);
+    assert.throws(() => checkChanged(prev.copy(prev.content.replaceChild(1, marked)), prev));
+    // Another type in the same place: a list item is not a block.
+    const item = schema.node('list_item', null, [paragraph('B')]);
+    assert.throws(() => checkChanged(prev.copy(prev.content.replaceChild(1, item)), prev));
+    // The same type with other text: valid, and measured.
+    const change = checkChanged(prev.copy(prev.content.replaceChild(1, paragraph('bb'))), prev);
+    assert.equal(change.bytesDelta, 1);
+  });
+
   it('passes an unchanged document without looking at it', () => {
     const doc = emptyDoc();
     checkChanged(doc, doc);
