@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { cpuProbeArgs, freePort, ProbeCpuSamples } from '../client-sim/server_process.js';
@@ -27,7 +28,11 @@ const usage = `Usage: npm run bench:peers -- [options]
 
   --editors A,B,...   editor counts, one document (default 30,60)
   --rounds N          alternating rounds per count (default 2; an even number balances the order)
-  --duration S        editing time per run, warm-up included (default 40)
+  --duration S        editing time per run, warm-up included (default 100)
+  --warmup S          seconds at the start of each run left out, a multiple of 10 (default 60):
+                      V8 is still optimising both servers for the first minute or so (a
+                      Scriptorium server at 30 editors spends ~600 µs/edit at 12–27 s and
+                      ~365 µs/edit after two minutes): servers are judged warm
   --rate R            edits per second per editor (default 5)
   --seed N            simulator seed (default 1)
   --env KEY=VALUE     extra environment for the Scriptorium server (repeatable)
@@ -45,7 +50,6 @@ interface PeerRun {
 }
 
 const hocuspocusEntry = fileURLToPath(new URL('./peers/hocuspocus_server.js', import.meta.url));
-const warmupSec = 10;
 
 async function runScriptorium(editors: number, round: number, options: Options): Promise<PeerRun> {
   const run = await measuredRun(`scriptorium ${editors} editors`, options.env, {
@@ -53,7 +57,7 @@ async function runScriptorium(editors: number, round: number, options: Options):
     docs: 1,
     ratePerSec: options.rate,
     durationSec: options.duration,
-    warmupWindows: 1,
+    warmupWindows: options.warmup / 10,
     seed: options.seed + round,
   });
   return {
@@ -96,7 +100,7 @@ async function runHocuspocus(editors: number, round: number, options: Options): 
       docName: `peers-${round}`,
       ratePerSec: options.rate,
       durationSec: options.duration,
-      warmupSec,
+      warmupSec: options.warmup,
       seed: options.seed + round,
     });
     const cpuMs = samples.cpuMsBetween(result.steadyFromMs, result.steadyToMs);
@@ -125,6 +129,7 @@ interface Options {
   editors: number[];
   rounds: number;
   duration: number;
+  warmup: number;
   rate: number;
   seed: number;
   env: Record<string, string>;
@@ -135,7 +140,8 @@ function parseOptions(): Options {
     options: {
       editors: { type: 'string', default: '30,60' },
       rounds: { type: 'string', default: '2' },
-      duration: { type: 'string', default: '40' },
+      duration: { type: 'string', default: '100' },
+      warmup: { type: 'string', default: '60' },
       rate: { type: 'string', default: '5' },
       seed: { type: 'string', default: '1' },
       env: { type: 'string', multiple: true, default: [] },
@@ -153,6 +159,8 @@ function parseOptions(): Options {
     }
     return value;
   };
+  const warmup = positive('warmup', values.warmup, 10);
+  if (warmup % 10 !== 0) throw new Error(`--warmup takes a multiple of 10 s, got ${warmup}`);
   const env: Record<string, string> = {};
   for (const pair of values.env) {
     const at = pair.indexOf('=');
@@ -162,7 +170,8 @@ function parseOptions(): Options {
   return {
     editors: values.editors.split(',').map((text) => positive('editors', text)),
     rounds: positive('rounds', values.rounds),
-    duration: positive('duration', values.duration, warmupSec + 10),
+    duration: positive('duration', values.duration, warmup + 10),
+    warmup,
     rate: Number(values.rate) > 0 ? Number(values.rate) : positive('rate', values.rate),
     seed: positive('seed', values.seed, 0),
     env,
@@ -232,6 +241,10 @@ async function main(): Promise<void> {
       )} |`,
     );
   }
+  const cpu = cpus();
+  console.log(
+    `\n${options.rounds} alternating rounds; ${options.duration} s of editing per run, the first ${options.warmup} s left out; ${options.rate} edits/s per editor; ${cpu.length} × ${cpu[0]?.model ?? 'cpu'}, Node ${process.version}.`,
+  );
   const diverged = runs.filter((run) => !run.converged);
   if (diverged.length > 0) {
     console.error(`${diverged.length} run(s) did not converge`);
