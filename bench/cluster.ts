@@ -171,9 +171,12 @@ for (let round = 1; round <= rounds; round++) {
   }
 }
 
+// With an even count, the mean of the middle two (two rounds gave the lower one before).
 const median = (xs: number[]) => {
   const sorted = [...xs].sort((a, b) => a - b);
-  return sorted.length === 0 ? NaN : sorted[Math.floor((sorted.length - 1) / 2)]!;
+  const mid = sorted.length >> 1;
+  if (sorted.length === 0) return NaN;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 };
 const range = (xs: number[]) => `${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)}`;
 const labels = [...new Set(all.map((f) => f.label))];
