@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { parseEnvPairs } from '../client-sim/server_process.js';
 import { fixed, measuredRun, median, type MeasuredRun } from './measured_run.js';
 
 // `npm run bench:flush`: what the flush interval (FLUSH_INTERVAL_MS) does to a loaded server.
@@ -64,12 +65,7 @@ async function main(): Promise<number> {
   const [duration] = list('duration', values.duration, 20);
   const [rtt] = list('rtt', values.rtt, 0);
   const [seed] = list('seed', values.seed, 0);
-  const env: Record<string, string> = {};
-  for (const pair of values.env) {
-    const at = pair.indexOf('=');
-    if (at <= 0) throw new Error(`--env takes KEY=VALUE, got "${pair}"`);
-    env[pair.slice(0, at)] = pair.slice(at + 1);
-  }
+  const env = parseEnvPairs(values.env, '--env');
 
   const rows: Row[] = [];
   for (const editors of editorCounts) {

@@ -4,6 +4,7 @@ import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
 import { schema, type StepsAnswer, type SyncAnswer } from '../schema/index.js';
 import { startServerProcess } from '../client-sim/server_process.js';
+import { ask } from './socket_ask.js';
 
 // `npm run bench:memory`: what idle editors and loaded documents cost the server in memory.
 // A server child (memory store, connection caps off) is measured three times, its resident set
@@ -27,15 +28,6 @@ async function rssMiB(pid: number): Promise<number> {
   const match = /VmRSS:\s+(\d+) kB/.exec(status);
   if (!match) throw new Error('no VmRSS in /proc/<pid>/status (Linux only)');
   return Number(match[1]) / 1024;
-}
-
-function ask<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
-  return new Promise((resolve, reject) =>
-    socket.timeout(60_000).emit(event, payload, (err: Error | null, answer: T) => {
-      if (err) reject(new Error(`no answer to ${event}`));
-      else resolve(answer);
-    }),
-  );
 }
 
 async function settle(): Promise<void> {

@@ -4,8 +4,14 @@ import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
 import { Step } from 'prosemirror-transform';
 import { schema, type StepsAnswer, type StepsBroadcast, type SyncAnswer } from '../schema/index.js';
-import { cpuProbeArgs, ProbeCpuSamples, startServerProcess } from '../client-sim/server_process.js';
+import {
+  cpuProbeArgs,
+  parseEnvPairs,
+  ProbeCpuSamples,
+  startServerProcess,
+} from '../client-sim/server_process.js';
 import { fixed } from './measured_run.js';
+import { ask } from './socket_ask.js';
 
 // `npm run bench:observers`: one writer, many read-only observers on one document. The writer
 // types at `--rate` edits per second; every observer notes when each broadcast reaches it.
@@ -13,6 +19,9 @@ import { fixed } from './measured_run.js';
 // broadcast, over every (edit, observer) pair of the steady span. Writer and observers share
 // this process (one clock), the server is a child with the CPU probe; both share the machine's
 // two cores, so the figure includes the simulator taking its turn to read 1,000 sockets.
+
+// How long a join or a batch may wait for its answer before the run fails.
+const answerMs = 30_000;
 
 const usage = `Usage: npm run bench:observers -- [options]
 
@@ -30,15 +39,6 @@ function socketFor(url: string, clientID: string, readOnly: boolean): Socket {
     query: { doc: 'observed' },
     auth: { clientID, readOnly },
   });
-}
-
-function ask<T>(socket: Socket, event: string, payload: unknown): Promise<T> {
-  return new Promise((resolve, reject) =>
-    socket.timeout(30_000).emit(event, payload, (err: Error | null, answer: T) => {
-      if (err) reject(new Error(`no answer to ${event}`));
-      else resolve(answer);
-    }),
-  );
 }
 
 async function main(): Promise<number> {
@@ -63,12 +63,7 @@ async function main(): Promise<number> {
   if (!Number.isInteger(observers) || observers < 1) throw new Error('--observers: a count');
   if (!(rate > 0)) throw new Error('--rate: a positive number');
   if (!Number.isInteger(duration) || duration < 10) throw new Error('--duration: at least 10');
-  const env: Record<string, string> = { MAX_CONNECTIONS_PER_IP: '0' };
-  for (const pair of values.env) {
-    const at = pair.indexOf('=');
-    if (at <= 0) throw new Error(`--env takes KEY=VALUE, got "${pair}"`);
-    env[pair.slice(0, at)] = pair.slice(at + 1);
-  }
+  const env = { MAX_CONNECTIONS_PER_IP: '0', ...parseEnvPairs(values.env, '--env') };
 
   const server = await startServerProcess(env, { nodeArgs: cpuProbeArgs, ipc: true });
   const cpu = new ProbeCpuSamples(server.child);
@@ -76,7 +71,7 @@ async function main(): Promise<number> {
   try {
     const writer = socketFor(server.url, 'writer', false);
     sockets.push(writer);
-    const joined = await ask<SyncAnswer>(writer, 'join', {});
+    const joined = await ask<SyncAnswer>(writer, 'join', {}, answerMs);
     if (!joined.ok || !('doc' in joined)) throw new Error('the writer could not join');
     let state = EditorState.create({ doc: schema.nodeFromJSON(joined.doc) });
     let version = joined.version;
@@ -102,7 +97,7 @@ async function main(): Promise<number> {
           deliveries++;
           propagationUs.record(Math.max(1, Math.round((performance.now() - at) * 1000)));
         });
-        group.push(ask<SyncAnswer>(socket, 'join', {}));
+        group.push(ask<SyncAnswer>(socket, 'join', {}, answerMs));
       }
       const answers = (await Promise.all(group)) as SyncAnswer[];
       if (answers.some((answer) => !answer.ok)) throw new Error('an observer could not join');
@@ -136,10 +131,12 @@ async function main(): Promise<number> {
       const moment = performance.now();
       made.set(version + tr.steps.length, moment);
       edits++;
-      void ask<StepsAnswer>(writer, 'steps', {
-        version,
-        steps: tr.steps.map((step) => step.toJSON()),
-      }).then((answer) => {
+      void ask<StepsAnswer>(
+        writer,
+        'steps',
+        { version, steps: tr.steps.map((step) => step.toJSON()) },
+        answerMs,
+      ).then((answer) => {
         inFlight = false;
         if (!answer.ok) refused++;
       });

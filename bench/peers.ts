@@ -2,7 +2,12 @@ import { spawn } from 'node:child_process';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { cpuProbeArgs, freePort, ProbeCpuSamples } from '../client-sim/server_process.js';
+import {
+  cpuProbeArgs,
+  freePort,
+  parseEnvPairs,
+  ProbeCpuSamples,
+} from '../client-sim/server_process.js';
 import { fixed, measuredRun, median } from './measured_run.js';
 import { runYjsSwarm } from './peers/yjs_swarm.js';
 
@@ -161,12 +166,7 @@ function parseOptions(): Options {
   };
   const warmup = positive('warmup', values.warmup, 10);
   if (warmup % 10 !== 0) throw new Error(`--warmup takes a multiple of 10 s, got ${warmup}`);
-  const env: Record<string, string> = {};
-  for (const pair of values.env) {
-    const at = pair.indexOf('=');
-    if (at <= 0) throw new Error(`--env takes KEY=VALUE, got "${pair}"`);
-    env[pair.slice(0, at)] = pair.slice(at + 1);
-  }
+  const env = parseEnvPairs(values.env, '--env');
   return {
     editors: values.editors.split(',').map((text) => positive('editors', text)),
     rounds: positive('rounds', values.rounds),

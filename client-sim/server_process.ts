@@ -76,15 +76,18 @@ export async function startServerProcess(
   };
 }
 
-/// Parses `KEY=VALUE` strings (as given to `--server-env`) into an object. Throws for an entry
-/// without `=` or with a key that is not an environment variable name.
-export function parseEnvPairs(pairs: readonly string[]): Record<string, string> {
+/// Parses `KEY=VALUE` strings (as given to `--server-env`, or `option`) into an object. Throws
+/// for an entry without `=` or with a key that is not an environment variable name.
+export function parseEnvPairs(
+  pairs: readonly string[],
+  option = '--server-env',
+): Record<string, string> {
   const env: Record<string, string> = {};
   for (const pair of pairs) {
     const at = pair.indexOf('=');
     const key = at > 0 ? pair.slice(0, at) : '';
     if (!/^[A-Z_][A-Z0-9_]*$/i.test(key)) {
-      throw new Error(`--server-env takes KEY=VALUE, got "${pair}"`);
+      throw new Error(`${option} takes KEY=VALUE, got "${pair}"`);
     }
     env[key] = pair.slice(at + 1);
   }
