@@ -56,6 +56,11 @@ export interface CollabClientOptions {
   /// Called after every state change, local or remote, with the transaction that made it
   /// (null when the state was rebuilt: the first load or a reload).
   onState?: (state: EditorState, tr: Transaction | null) => void;
+  /// Called just before remote steps (or a document reloaded from the server) are applied. A
+  /// view reads here the input it has seen but not yet turned into a transaction (typed text
+  /// still in the DOM, a caret moved by a key), and dispatches it, so that it becomes a local
+  /// step instead of being drawn over by the remote state. `bindView` does this.
+  beforeRemote?: () => void;
   onStatus?: (status: CollabStatus, error: ErrorBody | null) => void;
   /// Called when the document was replaced by the server's copy (another epoch, history gone,
   /// or local steps the server refused): `dropped` local steps could not be kept.
@@ -105,6 +110,11 @@ export class CollabClient {
   private lastOwnRunEnd = -1;
   /// How many steps the last batch sent had: the first this-many unconfirmed steps are it.
   private sentCount = 0;
+  /// The most steps one batch may carry. A batch refused as `too-large` (over the server's
+  /// time budget, say, after a pause of its own) is sent again in halves, down to one step; a
+  /// step refused on its own is one the server will never take. Doubles back after each
+  /// accepted batch.
+  private batchLimit = Infinity;
   /// The document at the confirmed version (what the server holds at `version`), kept so that
   /// a batch the server rebased differently from us can be reconciled on the spot.
   private confirmedDoc: Node | null = null;
@@ -259,6 +269,7 @@ export class CollabClient {
   /// top when they still fit (unless `dropLocal`), so an offline editor loses as little as
   /// possible; the rest are reported through `onReload`.
   private reload(doc: Node, version: number, dropLocal: boolean, epochChanged: boolean): void {
+    this.options.beforeRemote?.();
     const previous = this.state;
     const local = previous && !dropLocal ? sendableSteps(previous) : null;
     let state = EditorState.create({
@@ -272,7 +283,7 @@ export class CollabClient {
     if (local) {
       const tr = state.tr;
       for (const step of local.steps) {
-        if (tr.maybeStep(step).failed) dropped++;
+        if (!fits(tr, step)) dropped++;
       }
       if (tr.docChanged) state = state.apply(tr);
     } else if (previous && dropLocal) {
@@ -300,14 +311,16 @@ export class CollabClient {
   /// Applies steps ending at `version`. Steps already seen are skipped; a gap (steps that start
   /// after our version) means something was missed, and a pull fills it.
   private receive(version: number, steps: readonly StepJSON[], clientIDs: readonly string[]): void {
-    let state = this.state!;
-    const current = getVersion(state);
+    const current = getVersion(this.state!);
     const base = version - steps.length;
     if (version <= current) return;
     if (base > current) {
       this.pull(false);
       return;
     }
+    // May dispatch local input (through `dispatch`), which moves `this.state` on.
+    this.options.beforeRemote?.();
+    let state = this.state!;
     // prosemirror-collab only recognises our own steps at the start of what it is given:
     // feed it each run of equal clientIDs on its own so that a mixed group confirms ours.
     let start = current - base;
@@ -401,7 +414,7 @@ export class CollabClient {
     }
     this.inFlight = true;
     const generation = this.generation;
-    const steps: StepJSON[] = new Array(sendable.steps.length);
+    const steps: StepJSON[] = new Array(Math.min(sendable.steps.length, this.batchLimit));
     for (let i = 0; i < steps.length; i++) steps[i] = sendable.steps[i]!.toJSON() as StepJSON;
     this.inFlightSteps = steps;
     this.sentCount = steps.length;
@@ -416,6 +429,7 @@ export class CollabClient {
     this.inFlight = false;
     if (answer.ok) {
       this.retryDelayMs = 0;
+      this.batchLimit *= 2;
       if (answer.version > this.acknowledgedVersion) this.acknowledgedVersion = answer.version;
       if (this.options.onAcknowledged) {
         // The broadcast came first; it holds the steps as the server applied them.
@@ -444,6 +458,16 @@ export class CollabClient {
         return;
       case 'history-gone':
         this.pull(true);
+        return;
+      case 'too-large':
+        // The server checks its time budget between steps, so a single step is never refused
+        // for time: split until it is one, and keep every step before the one it won't take.
+        if (this.sentCount > 1) {
+          this.batchLimit = Math.max(1, Math.floor(this.sentCount / 2));
+          this.trySend();
+          return;
+        }
+        this.handleRefusal(answer, () => this.trySend(), true);
         return;
       case 'unauthorized':
         // The token expired while connected. With a way to get a fresh one, reconnect (the
@@ -616,4 +640,16 @@ function matchesUnconfirmed(
 /// (which browsers only offer on secure origins).
 export function randomClientID(): string {
   return Date.now().toString(36) + '-' + Math.random().toString(36).slice(2, 10);
+}
+
+/// Applies `step` to `tr` if it fits the document. `maybeStep` reports a step that breaks the
+/// schema, but throws a `RangeError` for positions past the end: a local step made on a longer
+/// document than the one reloaded (others deleted text meanwhile) is one of those.
+function fits(tr: Transaction, step: Step): boolean {
+  try {
+    return tr.maybeStep(step).failed === null;
+  } catch (error) {
+    if (error instanceof RangeError) return false;
+    throw error;
+  }
 }

@@ -336,7 +336,7 @@ function caret(cursor: RemoteCursor): HTMLElement {
   label.className = 'scriptorium-caret-label';
   label.style.backgroundColor = cursor.color;
   label.textContent = cursor.name;
-  bar.append('\u2060', label);
+  bar.append(label);
   return bar;
 }
 

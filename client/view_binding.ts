@@ -11,6 +11,12 @@ export type BindViewOptions = Omit<CollabClientOptions, 'schema' | 'plugins'>;
 /// client (which applies them, sends their steps, and rebases them over remote ones). Until the
 /// document is loaded the view is read-only: there is nothing to edit yet.
 ///
+/// Before remote steps are drawn, the binding has the view read any input still pending in the
+/// DOM (its DOM observer's flush; prosemirror-view does that only on its next mutation or
+/// selection event). Without it, a character typed or a caret moved in the last milliseconds
+/// can be overwritten by the redraw of the remote state: a caret moved by Ctrl+End jumped
+/// back that way in the browser tests.
+///
 /// This replaces the view's `dispatchTransaction`: libraries that listen for transactions
 /// through their own dispatch (Tiptap's `update` event) do not see them; read the state from
 /// `onState` instead. Returns the client; `client.close()` disconnects.
@@ -23,6 +29,10 @@ export function bindView(view: EditorView, options: BindViewOptions): CollabClie
       view.updateState(state);
       options.onState?.(state, tr);
     },
+    beforeRemote() {
+      readPendingInput(view);
+      options.beforeRemote?.();
+    },
   });
   view.setProps({
     dispatchTransaction: (tr) => {
@@ -32,4 +42,19 @@ export function bindView(view: EditorView, options: BindViewOptions): CollabClie
     editable: () => client.state !== null && client.status !== 'failed',
   });
   return client;
+}
+
+/// prosemirror-view's DOM observer (an internal of `EditorView`, present in every 1.x release):
+/// `flush` reads pending DOM mutations and the DOM selection and dispatches what changed.
+interface WithDomObserver {
+  domObserver?: { flush(): void };
+}
+
+/// Has `view` read the input still pending in its DOM (typed text, a moved caret) and dispatch
+/// it now. For a `CollabClient`'s `beforeRemote` when you make the view yourself; `bindView`
+/// sets it up. Does nothing while a composition (IME) is under way, which ProseMirror reads
+/// when it ends.
+export function readPendingInput(view: EditorView): void {
+  if (view.isDestroyed || view.composing) return;
+  (view as unknown as WithDomObserver).domObserver?.flush();
 }

@@ -1,7 +1,7 @@
 import { sendableSteps } from 'prosemirror-collab';
 import { history } from 'prosemirror-history';
 import { EditorView } from 'prosemirror-view';
-import { CollabClient, Presence, remoteCursors } from '../client/index.js';
+import { CollabClient, Presence, readPendingInput, remoteCursors } from '../client/index.js';
 import type { Identity } from './identity.js';
 import { inputRulesPlugin } from './input_rules.js';
 import { keymapPlugins } from './keymap.js';
@@ -71,6 +71,10 @@ export function openEditor(
       presence.stateChanged(state, tr);
       people.show(self, remoteCursors(state));
       refresh();
+    },
+    // Typing not yet read from the DOM would be drawn over by the remote steps.
+    beforeRemote() {
+      if (view) readPendingInput(view);
     },
     onStatus(status) {
       presence.statusChanged(status);

@@ -123,10 +123,17 @@ describe('browser editor', () => {
     return shownText(page, ':scope > p');
   }
 
-  /// Puts the caret at the end of the `index`th top-level block.
+  /// Puts the caret at the end of the `index`th top-level block, and waits until the editor
+  /// holds it there: ProseMirror reads a caret moved by a key on the next selectionchange.
   async function caretAtEnd(page: Page, index: number): Promise<void> {
     await page.locator('.ProseMirror > *').nth(index).click();
     await page.keyboard.press('End');
+    await page.waitForFunction((block) => {
+      const { doc, selection } = window.__scriptorium!.view!.state;
+      let end = 0;
+      for (let i = 0; i <= block; i++) end += doc.child(i).nodeSize;
+      return selection.empty && selection.head === end - 1;
+    }, index);
   }
 
   async function writeTwoParagraphs(editor: EditorPage): Promise<void> {
@@ -136,138 +143,118 @@ describe('browser editor', () => {
     await editor.page.keyboard.type('Second line');
   }
 
-  // Known failure, pre-existing (it fails at d5de1a4 too, intermittently under load and, on
-  // this machine since 2026-11-23 01:30, every time): when both pages type at the end of one
-  // paragraph, the leading space of one page's " bbbb" is lost in the browser before it
-  // becomes a step (no refusal, no reconcile: the server never saw it), and the caret test
-  // below then times out. Kept running and reported as TODO until the input race is fixed;
-  // see the closing note of issue 10.
-  const inputRace = 'a space typed at a paragraph end is lost when a remote insert lands there';
+  it('two pages typing at once, in different and in the same paragraph, converge', async () => {
+    const docId = 'browser-typing';
+    const ada = await openEditor(docId, 'Ada', '#d7263d');
+    const bob = await openEditor(docId, 'Bob', '#2e86ab');
+    await writeTwoParagraphs(ada);
+    await converged(docId, [ada, bob]);
 
-  it(
-    'two pages typing at once, in different and in the same paragraph, converge',
-    { todo: inputRace },
-    async () => {
-      const docId = 'browser-typing';
-      const ada = await openEditor(docId, 'Ada', '#d7263d');
-      const bob = await openEditor(docId, 'Bob', '#2e86ab');
-      await writeTwoParagraphs(ada);
-      await converged(docId, [ada, bob]);
+    await caretAtEnd(ada.page, 0);
+    await caretAtEnd(bob.page, 1);
+    await Promise.all([
+      ada.page.keyboard.type(' from Ada', { delay: 15 }),
+      bob.page.keyboard.type(' from Bob', { delay: 15 }),
+    ]);
+    await converged(docId, [ada, bob]);
+    assert.deepEqual(await paragraphs(bob.page), ['First line from Ada', 'Second line from Bob']);
 
-      await caretAtEnd(ada.page, 0);
-      await caretAtEnd(bob.page, 1);
-      await Promise.all([
-        ada.page.keyboard.type(' from Ada', { delay: 15 }),
-        bob.page.keyboard.type(' from Bob', { delay: 15 }),
-      ]);
-      await converged(docId, [ada, bob]);
-      assert.deepEqual(await paragraphs(bob.page), ['First line from Ada', 'Second line from Bob']);
+    await caretAtEnd(ada.page, 0);
+    await caretAtEnd(bob.page, 0);
+    await Promise.all([
+      ada.page.keyboard.type(' aaaa', { delay: 15 }),
+      bob.page.keyboard.type(' bbbb', { delay: 15 }),
+    ]);
+    const doc = await converged(docId, [ada, bob]);
+    const [first] = await paragraphs(ada.page);
+    assert.match(first!, /^First line from Ada/);
+    assert.equal(first!.length, 'First line from Ada'.length + 10, 'nobody lost a character');
+    assert.equal(
+      first!.replace(/[^a]/g, '').length,
+      4 + 1,
+      "all of Ada's a's (and the one in Ada)",
+    );
+    assert.equal(first!.replace(/[^b]/g, '').length, 4);
+    assert.equal(doc, await docOf(bob.page));
+  });
 
-      await caretAtEnd(ada.page, 0);
-      await caretAtEnd(bob.page, 0);
-      await Promise.all([
-        ada.page.keyboard.type(' aaaa', { delay: 15 }),
-        bob.page.keyboard.type(' bbbb', { delay: 15 }),
-      ]);
-      const doc = await converged(docId, [ada, bob]);
-      const [first] = await paragraphs(ada.page);
-      assert.match(first!, /^First line from Ada/);
-      assert.equal(first!.length, 'First line from Ada'.length + 10, 'nobody lost a character');
-      assert.equal(
-        first!.replace(/[^a]/g, '').length,
-        4 + 1,
-        "all of Ada's a's (and the one in Ada)",
-      );
-      assert.equal(first!.replace(/[^b]/g, '').length, 4);
-      assert.equal(doc, await docOf(bob.page));
-    },
-  );
+  it("shows each editor's caret and selection to the other at the right place", async () => {
+    const docId = 'browser-presence';
+    const ada = await openEditor(docId, 'Ada', '#d7263d');
+    const bob = await openEditor(docId, 'Bob', '#2e86ab');
+    await writeTwoParagraphs(ada);
+    await converged(docId, [ada, bob]);
+    const adaID = await ada.page.evaluate(() => window.__scriptorium!.client.clientID);
 
-  it(
-    "shows each editor's caret and selection to the other at the right place",
-    { todo: inputRace },
-    async () => {
-      const docId = 'browser-presence';
-      const ada = await openEditor(docId, 'Ada', '#d7263d');
-      const bob = await openEditor(docId, 'Bob', '#2e86ab');
-      await writeTwoParagraphs(ada);
-      await converged(docId, [ada, bob]);
-      const adaID = await ada.page.evaluate(() => window.__scriptorium!.client.clientID);
+    await caretAtEnd(ada.page, 0);
+    const adaHead = await ada.page.evaluate(() => window.__scriptorium!.view!.state.selection.head);
+    const caret = bob.page.locator(`.scriptorium-caret[data-client-id="${adaID}"]`);
+    await eventually(
+      async () =>
+        (await caret.count()) === 1 &&
+        (await bob.page.evaluate((id) => {
+          const element = document.querySelector(`.scriptorium-caret[data-client-id="${id}"]`)!;
+          return window.__scriptorium!.view!.posAtDOM(element, 0);
+        }, adaID)) === adaHead,
+      "Ada's caret at the end of the first paragraph in Bob's page",
+    );
+    assert.equal(await caret.locator('.scriptorium-caret-label').textContent(), 'Ada');
+    // On screen too: right after the paragraph's last character.
+    const caretBox = (await caret.boundingBox())!;
+    const lineBox = (await bob.page.locator('.ProseMirror > p').first().boundingBox())!;
+    assert.ok(caretBox.y >= lineBox.y - 2 && caretBox.y < lineBox.y + lineBox.height);
 
-      await caretAtEnd(ada.page, 0);
-      const adaHead = await ada.page.evaluate(
-        () => window.__scriptorium!.view!.state.selection.head,
-      );
-      const caret = bob.page.locator(`.scriptorium-caret[data-client-id="${adaID}"]`);
-      await eventually(
-        async () =>
-          (await caret.count()) === 1 &&
-          (await bob.page.evaluate((id) => {
-            const element = document.querySelector(`.scriptorium-caret[data-client-id="${id}"]`)!;
-            return window.__scriptorium!.view!.posAtDOM(element, 0);
-          }, adaID)) === adaHead,
-        "Ada's caret at the end of the first paragraph in Bob's page",
-      );
-      assert.equal(await caret.locator('.scriptorium-caret-label').textContent(), 'Ada');
-      // On screen too: right after the paragraph's last character.
-      const caretBox = (await caret.boundingBox())!;
-      const lineBox = (await bob.page.locator('.ProseMirror > p').first().boundingBox())!;
-      assert.ok(caretBox.y >= lineBox.y - 2 && caretBox.y < lineBox.y + lineBox.height);
+    // Bob's page lists Ada; Bob types before Ada's caret and it stays after "line".
+    await eventually(
+      async () => (await bob.page.locator('#people').textContent())!.includes('Ada'),
+      'Ada in the list of people on Bob’s page',
+    );
+    await caretAtEnd(bob.page, 0);
+    await bob.page.keyboard.press('Home');
+    await bob.page.keyboard.type('>> ');
+    await converged(docId, [ada, bob]);
+    await eventually(
+      async () =>
+        (await bob.page.evaluate((id) => {
+          const element = document.querySelector(`.scriptorium-caret[data-client-id="${id}"]`)!;
+          const view = window.__scriptorium!.view!;
+          return view.state.doc.textBetween(0, view.posAtDOM(element, 0));
+        }, adaID)) === '>> First line',
+      "Ada's caret mapped through Bob's typing",
+    );
 
-      // Bob's page lists Ada; Bob types before Ada's caret and it stays after "line".
-      await eventually(
-        async () => (await bob.page.locator('#people').textContent())!.includes('Ada'),
-        'Ada in the list of people on Bob’s page',
-      );
-      await caretAtEnd(bob.page, 0);
-      await bob.page.keyboard.press('Home');
-      await bob.page.keyboard.type('>> ');
-      await converged(docId, [ada, bob]);
-      await eventually(
-        async () =>
-          (await bob.page.evaluate((id) => {
-            const element = document.querySelector(`.scriptorium-caret[data-client-id="${id}"]`)!;
-            const view = window.__scriptorium!.view!;
-            return view.state.doc.textBetween(0, view.posAtDOM(element, 0));
-          }, adaID)) === '>> First line',
-        "Ada's caret mapped through Bob's typing",
-      );
+    // A selection shows as a tinted range with the selected text.
+    await ada.page.keyboard.down('Shift');
+    for (let i = 0; i < 4; i++) await ada.page.keyboard.press('ArrowLeft');
+    await ada.page.keyboard.up('Shift');
+    const highlight = bob.page.locator('.scriptorium-selection');
+    await eventually(
+      async () => (await highlight.allTextContents()).join('') === 'line',
+      "Ada's selection highlighted in Bob's page",
+    );
+    await caretAtEnd(bob.page, 1);
+    await ada.page.locator('#people').getByText('Bob').waitFor({ timeout: 5_000 });
 
-      // A selection shows as a tinted range with the selected text.
-      await ada.page.keyboard.down('Shift');
-      for (let i = 0; i < 4; i++) await ada.page.keyboard.press('ArrowLeft');
-      await ada.page.keyboard.up('Shift');
-      const highlight = bob.page.locator('.scriptorium-selection');
-      await eventually(
-        async () => (await highlight.allTextContents()).join('') === 'line',
-        "Ada's selection highlighted in Bob's page",
-      );
-      await caretAtEnd(bob.page, 1);
-      await ada.page.locator('#people').getByText('Bob').waitFor({ timeout: 5_000 });
+    // Evidence for people: both editors side by side, each showing the other's caret.
+    const [left, right] = await Promise.all([ada.page.screenshot(), bob.page.screenshot()]);
+    const sheet = await browser.newPage({ viewport: { width: 1540, height: 540 } });
+    await sheet.setContent(
+      '<body style="margin:0;display:flex;gap:20px;background:#888">' +
+        `<img src="data:image/png;base64,${left.toString('base64')}">` +
+        `<img src="data:image/png;base64,${right.toString('base64')}"></body>`,
+    );
+    await sheet.waitForFunction(() => Array.from(document.images).every((image) => image.complete));
+    await mkdir(artifacts, { recursive: true });
+    await writeFile(new URL('two-editors.png', artifacts), await sheet.screenshot());
+    await sheet.close();
 
-      // Evidence for people: both editors side by side, each showing the other's caret.
-      const [left, right] = await Promise.all([ada.page.screenshot(), bob.page.screenshot()]);
-      const sheet = await browser.newPage({ viewport: { width: 1540, height: 540 } });
-      await sheet.setContent(
-        '<body style="margin:0;display:flex;gap:20px;background:#888">' +
-          `<img src="data:image/png;base64,${left.toString('base64')}">` +
-          `<img src="data:image/png;base64,${right.toString('base64')}"></body>`,
-      );
-      await sheet.waitForFunction(() =>
-        Array.from(document.images).every((image) => image.complete),
-      );
-      await mkdir(artifacts, { recursive: true });
-      await writeFile(new URL('two-editors.png', artifacts), await sheet.screenshot());
-      await sheet.close();
-
-      // Leaving removes the caret.
-      await bob.context.close();
-      await eventually(
-        async () => (await ada.page.locator('.scriptorium-caret').count()) === 0,
-        "Bob's caret to disappear from Ada's page",
-      );
-    },
-  );
+    // Leaving removes the caret.
+    await bob.context.close();
+    await eventually(
+      async () => (await ada.page.locator('.scriptorium-caret').count()) === 0,
+      "Bob's caret to disappear from Ada's page",
+    );
+  });
 
   it('a page that goes offline keeps editing and both converge when it comes back', async () => {
     const docId = 'browser-offline';

@@ -74,3 +74,65 @@ describe('client: a batch the server rebased differently', () => {
     }
   });
 });
+
+describe('client: a reload under local steps', () => {
+  it('drops a local step whose positions are past the end of the reloaded document, and keeps the others', async () => {
+    // A scripted peer: the document is a long paragraph; the client's first batch is answered
+    // history-gone, and the pull that follows gets a document whose paragraph is short.
+    const http = createServer();
+    const io = new Server(http);
+    const long = schema.node('doc', null, [
+      schema.node('paragraph', null, [schema.text('x'.repeat(300))]),
+    ]);
+    const short = schema.node('doc', null, [
+      schema.node('paragraph', null, [schema.text('short')]),
+    ]);
+    const kept: { version: number; steps: StepJSON[] }[] = [];
+    io.on('connection', (socket) => {
+      const clientID = socket.handshake.auth['clientID'] as string;
+      socket.on('join', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+        ack({ ok: true, epoch: 'e', version: 0, doc: long.toJSON() }),
+      );
+      let batches = 0;
+      socket.on(
+        'steps',
+        (request: { version: number; steps: StepJSON[] }, ack: (answer: StepsAnswer) => void) => {
+          if (batches++ === 0) {
+            ack({ ok: false, code: 'history-gone', message: 'reset' } as StepsAnswer);
+            return;
+          }
+          kept.push(request);
+          const version = request.version + request.steps.length;
+          socket.emit('steps', {
+            version,
+            steps: request.steps,
+            clientIDs: request.steps.map(() => clientID),
+          });
+          ack({ ok: true, version });
+        },
+      );
+      socket.on('pull', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+        ack({ ok: true, epoch: 'e2', version: 7, doc: short.toJSON() }),
+      );
+    });
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+    const reloads: { dropped: number; reason: string }[] = [];
+    const editor = openEditor(url, 'reload', { onReload: (info) => reloads.push(info) });
+    try {
+      await editor.ready();
+      // At the start (fits any document) and at the end of the long text (past the short one).
+      editor.dispatch(editor.state!.tr.insertText('A', 1).insertText('Z', 302));
+      await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
+      assert.deepEqual(reloads, [{ dropped: 1, reason: "the document's history was reset" }]);
+      assert.equal(editor.state!.doc.textContent, 'Ashort');
+      // The step that fits went out again, on the reloaded version, and was confirmed.
+      assert.equal(kept.length, 1);
+      assert.equal(kept[0]!.version, 7);
+      assert.equal(editor.version, 8);
+    } finally {
+      editor.close();
+      io.close();
+    }
+  });
+});
