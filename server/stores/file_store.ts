@@ -1,10 +1,31 @@
 import { createHash } from 'node:crypto';
-import { readdirSync, unlinkSync } from 'node:fs';
+import {
+  closeSync,
+  fsyncSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  ftruncateSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { docIdPattern } from '../../schema/index.js';
 import { DirectoryLock } from './directory_lock.js';
-import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
+import {
+  entriesAfter,
+  entryEnd,
+  parseJournalEntry,
+  parseLines,
+  parseSnapshot,
+} from './journal_entry.js';
+import {
+  WriteAheadLog,
+  syncDirectory,
+  syncDirectorySync,
+  type LogRecord,
+} from './write_ahead_log.js';
 import {
   StoreUnavailableError,
   type AppendOutcome,
@@ -33,7 +54,14 @@ export interface FileStoreOptions {
   /// with `StoreUnavailableError`; so does `close` when operations are still running after
   /// it. Default 2000.
   timeoutMs?: number;
-  /// Told about stale locks taken over and crash leftovers removed.
+  /// The shared write-ahead log is checkpointed into the documents' own journals once it
+  /// holds this many bytes, or `checkpointMs` after its first record, whichever comes
+  /// first. What a crash leaves in it is replayed when the directory is opened next, so these
+  /// also bound that replay and the memory holding records not yet checkpointed.
+  /// Defaults 8 MiB and 30,000 ms.
+  checkpointBytes?: number;
+  checkpointMs?: number;
+  /// Told about stale locks taken over, crash leftovers removed and log records replayed.
   logger?: FileStoreLogger;
 }
 
@@ -50,6 +78,14 @@ interface StateFile {
 /// then on, `abandoned` when the caller's time ran out before it started.
 interface Waiter {
   state: 'queued' | 'running' | 'abandoned';
+}
+
+/// An entry committed to the write-ahead log and not yet written to its document's journal.
+interface LoggedEntry {
+  baseVersion: number;
+  end: number;
+  /// The journal line, newline included.
+  line: string;
 }
 
 interface PendingAppend extends Waiter {
@@ -81,6 +117,9 @@ class DocFiles {
   generation = 0;
   /// Whether the directory entry of the current journal file is known to be on disk.
   journalEntrySynced = false;
+  /// Entries durable in the write-ahead log only, in order: a checkpoint moves them to the
+  /// journal file. Until then the document stays cached, since nothing else holds them.
+  logged: LoggedEntry[] = [];
 
   constructor(dataDir: string, docId: string) {
     this.docId = docId;
@@ -106,12 +145,21 @@ class DocFiles {
 }
 
 /// A store on the local file system, one process per directory. Each document has a journal
-/// file, appended to one JSON line per entry and fsync'd before an append resolves, and a state
-/// file (snapshot, current journal generation) replaced atomically. A snapshot starts a new
-/// journal generation holding the entries it does not cover, written and fsync'd before the
-/// state file points at it, so that at every instant the state file's snapshot and journal
-/// reconstruct every acknowledged step. Appends to one document that queue up while a write is
-/// in flight (or within one turn) share one write and one fsync.
+/// file, one JSON line per entry, and a state file (snapshot, current journal generation)
+/// replaced atomically. A snapshot starts a new journal generation holding the entries it does
+/// not cover, written and fsync'd before the state file points at it.
+///
+/// An append is durable once it is in the write-ahead log that all documents share (see
+/// `WriteAheadLog`): appends of every document that queue up while a log write is in flight
+/// share one write and one fdatasync, which is what lets many busy documents cost one disk
+/// flush per round. A checkpoint later appends each document's logged entries to its journal,
+/// fsyncs it, and deletes the log files it covered. At every instant the state file's
+/// snapshot, the journal and the log reconstruct every acknowledged step: opening the
+/// directory replays the log (whatever a crash left in it) into the journals before anything
+/// else. Replay follows each document's versions from the end of its journal, and where two
+/// records extend the same version the later one wins: a record is only written at a version
+/// that memory says is free, so an earlier one there belonged to a write that failed (and
+/// whose caller was told so) but reached the disk anyway.
 ///
 /// I/O failures reject with `StoreUnavailableError`. Files that do not parse, and a journal
 /// that is corrupt other than in its last line or has a gap, reject with a `TypeError` or
@@ -129,8 +177,11 @@ class DocFiles {
 /// if it failed the retry goes through. Either way the journal holds each version exactly once.
 /// (Answering every retry with `conflict` would be right too, but would make every editor of
 /// the document reload after each timeout, even when nothing was written.) While the stuck
-/// operation never settles, every later operation on that document times out in turn;
-/// other documents are unaffected, until the stuck writes fill libuv's thread pool.
+/// operation never settles, every later operation on that document times out in turn. Other
+/// documents go on loading and snapshotting until the stuck calls fill libuv's thread pool,
+/// but their appends share the write-ahead log: a log write that hangs holds every append
+/// (they time out, unavailable) until it returns. They share the disk too, so a hang there is
+/// rarely one document's alone.
 export class FileStore implements Store {
   readonly kind = 'file';
   private readonly dataDir: string;
@@ -138,21 +189,34 @@ export class FileStore implements Store {
   private readonly timeoutMs: number;
   private readonly logger: FileStoreLogger | null;
   private readonly lock: DirectoryLock;
+  private readonly checkpointBytes: number;
+  private readonly checkpointMs: number;
   private readonly docs = new Map<string, DocFiles>();
   private readonly syncedDirs = new Set<string>();
+  private readonly log: WriteAheadLog;
+  /// Documents that committed to the log since the last checkpoint began.
+  private dirty = new Set<DocFiles>();
+  /// The oldest log generation whose file may still exist.
+  private oldestLog: number;
+  private checkpointing: Promise<void> | null = null;
+  private checkpointTimer: NodeJS.Timeout | null = null;
   private closed = false;
   private closing: Promise<void> | null = null;
   private running = 0;
 
-  /// Opens `options.dataDir`: creates it if needed, takes its lock and removes temporary files
-  /// left by a crash. Synchronous, so that a store never exists without its lock and a server
-  /// built on it fails before it listens. Throws `DirectoryLockedError` when another live
-  /// process (or another store in this process) has the directory, and the file system's
-  /// error when it cannot be created or read.
+  /// Opens `options.dataDir`: creates it if needed, takes its lock, removes temporary files
+  /// left by a crash and replays the write-ahead log into the journals. Synchronous, so that a
+  /// store never exists without its lock and a server built on it fails before it listens.
+  /// Throws `DirectoryLockedError` when another live process (or another store in this
+  /// process) has the directory, the file system's error when it cannot be created or read,
+  /// and a `TypeError` when the log or a document it names is damaged (starting anyway could
+  /// serve documents without steps that were acknowledged).
   constructor(options: FileStoreOptions) {
     this.dataDir = options.dataDir;
     this.maxCachedDocs = options.maxCachedDocs ?? 10_000;
     this.timeoutMs = options.timeoutMs ?? 2000;
+    this.checkpointBytes = options.checkpointBytes ?? 8 * 1024 * 1024;
+    this.checkpointMs = options.checkpointMs ?? 30_000;
     this.logger = options.logger ?? null;
     const logger = this.logger;
     this.lock = DirectoryLock.acquire(
@@ -161,6 +225,11 @@ export class FileStore implements Store {
     );
     try {
       this.removeTemporaryFiles();
+      const recovered = WriteAheadLog.recover(this.dataDir);
+      this.replay(recovered.records);
+      WriteAheadLog.removeSync(this.dataDir, recovered.files);
+      this.log = new WriteAheadLog(this.dataDir, recovered.nextGeneration);
+      this.oldestLog = recovered.nextGeneration;
     } catch (error) {
       this.lock.release();
       throw error;
@@ -200,8 +269,9 @@ export class FileStore implements Store {
     return this.bounded(doc, 'snapshot', () => this.writeSnapshot(doc, snapshot));
   }
 
-  /// Refuses new operations, waits (at most `timeoutMs`) for those already queued, then
-  /// releases the directory's lock. There are no open handles between operations. Rejects with
+  /// Refuses new operations, waits (at most `timeoutMs`) for those already queued and for a
+  /// last checkpoint (the log's handle is the only one kept open between operations), then
+  /// releases the directory's lock. Rejects with
   /// `StoreUnavailableError` when operations are still running after that time; the lock is
   /// then kept, since a stuck write may still land while this process lives, and the next
   /// process takes it over as stale.
@@ -212,11 +282,15 @@ export class FileStore implements Store {
 
   private async drainAndUnlock(): Promise<void> {
     this.closed = true;
+    if (this.checkpointTimer) {
+      clearTimeout(this.checkpointTimer);
+      this.checkpointTimer = null;
+    }
     const tails = [];
     for (const doc of this.docs.values()) tails.push(doc.tail);
     let timer: NodeJS.Timeout | undefined;
     const drained = await Promise.race([
-      Promise.all(tails).then(() => true),
+      Promise.all(tails).then(() => this.finalCheckpoint()),
       new Promise<boolean>((resolve) => {
         timer = setTimeout(() => resolve(false), this.timeoutMs);
       }),
@@ -229,6 +303,23 @@ export class FileStore implements Store {
       );
     this.docs.clear();
     this.lock.release();
+  }
+
+  /// Moves every logged entry to its journal and deletes the log, so that the next open has
+  /// nothing to replay. On failure the log stays, complete, and the next open replays it.
+  private async finalCheckpoint(): Promise<true> {
+    try {
+      await this.checkpointing;
+      await this.log.close();
+      for (const doc of this.docs.values()) await this.checkpointDocument(doc);
+      await this.log.removeThrough(this.log.generation, this.oldestLog);
+    } catch (error) {
+      this.logger?.warn(
+        { dir: this.dataDir, err: error instanceof Error ? error.message : String(error) },
+        'file store: could not checkpoint at close; the next open replays the write-ahead log',
+      );
+    }
+    return true;
   }
 
   /// Deletes `*.tmp` files in the shard directories: state files whose atomic write a crash
@@ -330,7 +421,7 @@ export class FileStore implements Store {
     if (this.docs.size <= this.maxCachedDocs) return;
     for (const [docId, cached] of this.docs) {
       if (this.docs.size <= this.maxCachedDocs) break;
-      if (cached.active === 0) this.docs.delete(docId);
+      if (cached.active === 0 && cached.logged.length === 0) this.docs.delete(docId);
     }
   }
 
@@ -347,15 +438,20 @@ export class FileStore implements Store {
     }
     const journal = await this.readJournal(doc.journalPath(state.generation));
     const snapshotVersion = state.snapshot ? state.snapshot.version : -1;
-    let version = Math.max(snapshotVersion, 0);
-    for (let i = 0; i < journal.length; i++) {
-      const entry = journal[i]!;
-      // Entries are contiguous; the first may start inside the snapshot (it was kept whole).
-      // Damaged data, not an unreachable store: retrying cannot help (see `toUnavailable`).
-      if (i === 0 ? entry.baseVersion > version : entry.baseVersion !== version)
-        throw new TypeError(`journal of ${doc.docId} has a gap at ${entry.baseVersion}`);
-      version = entryEnd(entry);
+    const fileVersion = journalEnd(doc.docId, snapshotVersion, journal);
+    // Entries only in the log follow; any the journal already holds (a snapshot that failed
+    // after its new generation was named) are dropped from memory.
+    let version = fileVersion;
+    const logged: LoggedEntry[] = [];
+    for (const entry of doc.logged) {
+      if (entry.end <= fileVersion) continue;
+      if (entry.baseVersion !== version)
+        throw new TypeError(`logged entries of ${doc.docId} do not follow its journal`);
+      journal.push(parseJournalEntry(JSON.parse(entry.line)));
+      logged.push(entry);
+      version = entry.end;
     }
+    doc.logged = logged;
     doc.known = true;
     doc.exists = true;
     doc.epoch = state.epoch;
@@ -391,18 +487,88 @@ export class FileStore implements Store {
         await handle.close();
       }
     }
-    const entries: JournalEntry[] = [];
-    let start = 0;
-    while (start < complete) {
-      const end = text.indexOf('\n', start);
-      try {
-        entries.push(parseJournalEntry(JSON.parse(text.slice(start, end))));
-      } catch (error) {
-        throw new TypeError(`corrupt journal line in ${path}`, { cause: error });
-      }
-      start = end + 1;
+    return parseJournalText(text, complete, path);
+  }
+
+  /// What `readJournal` does, synchronously, for the replay at open.
+  private readJournalSync(path: string): JournalEntry[] {
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (error) {
+      if (errorCode(error) === 'ENOENT') return [];
+      throw error;
     }
-    return entries;
+    const complete = text.lastIndexOf('\n') + 1;
+    if (complete < text.length) {
+      const fd = openSync(path, 'r+');
+      try {
+        ftruncateSync(fd, Buffer.byteLength(text.slice(0, complete)));
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+    }
+    return parseJournalText(text, complete, path);
+  }
+
+  /// Replays the records a previous process left in the write-ahead log (see the class
+  /// comment) into the documents' journals, fsync'd. Synchronous: it runs once, at open,
+  /// before anything else may touch the files.
+  private replay(records: LogRecord[]): void {
+    const byDoc = new Map<string, LogRecord[]>();
+    for (const record of records) {
+      const list = byDoc.get(record.docId);
+      if (list) list.push(record);
+      else byDoc.set(record.docId, [record]);
+    }
+    let replayed = 0;
+    for (const [docId, list] of byDoc) {
+      const doc = new DocFiles(this.dataDir, docId);
+      let state: StateFile;
+      try {
+        state = parseState(JSON.parse(readFileSync(doc.statePath, 'utf8')));
+      } catch (error) {
+        // The state file is durable before the first record of a document is written.
+        throw new TypeError(`write-ahead log names ${docId}, whose state file is unreadable`, {
+          cause: error,
+        });
+      }
+      const path = doc.journalPath(state.generation);
+      const snapshotVersion = state.snapshot ? state.snapshot.version : -1;
+      let version = journalEnd(docId, snapshotVersion, this.readJournalSync(path));
+      // The later record at a version wins (see the class comment).
+      const byBase = new Map<number, JournalEntry>();
+      for (const record of list)
+        if (record.epoch === state.epoch) byBase.set(record.entry.baseVersion, record.entry);
+      let lines = '';
+      for (let entry = byBase.get(version); entry; entry = byBase.get(version)) {
+        if (entry.steps.length === 0) break;
+        lines += JSON.stringify(entry) + '\n';
+        version = entryEnd(entry);
+        replayed++;
+      }
+      for (const base of byBase.keys())
+        if (base > version)
+          throw new TypeError(
+            `write-ahead log of ${docId} holds steps at ${base}, past its journal's end at ${version}`,
+          );
+      if (lines === '') continue;
+      const fd = openSync(path, 'a');
+      try {
+        let buffer = Buffer.from(lines);
+        while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      syncDirectorySync(doc.dir);
+    }
+    if (replayed > 0)
+      this.logger?.warn(
+        { dir: this.dataDir, entries: replayed, docs: byDoc.size },
+        'file store: replayed the write-ahead log a crash left into the journals',
+      );
   }
 
   /// Applies every pending append in order against the version in memory, writes the accepted
@@ -430,7 +596,8 @@ export class FileStore implements Store {
     let create = false;
     const accepted: { pending: PendingAppend; version: number }[] = [];
     const outcomes: (AppendOutcome | null)[] = [];
-    let lines = '';
+    const logged: LoggedEntry[] = [];
+    let records = '';
     for (const pending of batch) {
       const request = pending.request;
       if (!exists) {
@@ -450,8 +617,10 @@ export class FileStore implements Store {
         steps: request.steps,
         clientIDs: request.clientIDs,
       };
+      const json = JSON.stringify(entry);
+      logged.push({ baseVersion: request.baseVersion, end: entryEnd(entry), line: json + '\n' });
+      records += WriteAheadLog.line(doc.docId, epoch, json);
       version = entryEnd(entry);
-      lines += JSON.stringify(entry) + '\n';
       accepted.push({ pending, version });
       outcomes.push(null);
     }
@@ -463,7 +632,12 @@ export class FileStore implements Store {
         doc.snapshotVersion = -1;
         doc.journalEntrySynced = false;
       }
-      if (lines !== '') await this.appendLines(doc, lines);
+      if (records !== '') {
+        // Before the write: a checkpoint starting while it is in flight must include this
+        // document (its operation runs after this one).
+        this.dirty.add(doc);
+        await this.log.commit(records);
+      }
     } catch (error) {
       const unavailable = toUnavailable(error);
       for (const { pending } of accepted) pending.reject(unavailable);
@@ -473,8 +647,90 @@ export class FileStore implements Store {
     doc.exists = exists;
     doc.epoch = epoch;
     doc.version = version;
+    for (const entry of logged) doc.logged.push(entry);
     for (let i = 0; i < batch.length; i++) if (outcomes[i]) batch[i]!.resolve(outcomes[i]!);
     for (const { pending, version } of accepted) pending.resolve({ ok: true, version });
+    if (logged.length > 0) this.scheduleCheckpoint();
+  }
+
+  /// Starts a checkpoint when the log has grown past `checkpointBytes`, and arms the timer
+  /// that starts one `checkpointMs` after the first record otherwise.
+  private scheduleCheckpoint(): void {
+    if (this.closed) return;
+    if (this.log.size >= this.checkpointBytes) {
+      this.startCheckpoint();
+      return;
+    }
+    if (this.checkpointTimer) return;
+    this.checkpointTimer = setTimeout(() => {
+      this.checkpointTimer = null;
+      this.startCheckpoint();
+    }, this.checkpointMs);
+    // Pending records are durable in the log: nothing is lost if the process exits first.
+    this.checkpointTimer.unref();
+  }
+
+  private startCheckpoint(): void {
+    if (this.checkpointing || this.closed) return;
+    if (this.checkpointTimer) {
+      clearTimeout(this.checkpointTimer);
+      this.checkpointTimer = null;
+    }
+    this.checkpointing = this.checkpoint()
+      .catch((error: unknown) => {
+        // The log files stay; the next checkpoint deletes them.
+        this.logger?.warn(
+          { dir: this.dataDir, err: error instanceof Error ? error.message : String(error) },
+          'file store: checkpoint failed; the write-ahead log keeps its entries',
+        );
+      })
+      .finally(() => {
+        this.checkpointing = null;
+        // Records committed while it ran wait for the next one.
+        if (this.dirty.size > 0) this.scheduleCheckpoint();
+      });
+  }
+
+  /// Moves later commits to a new log file, writes every dirty document's logged entries to
+  /// its journal (as an operation of that document, after the one in flight), then deletes the
+  /// log files left. A document that fails keeps its entries and stays dirty, and the files
+  /// stay, for the next checkpoint; meanwhile the log keeps them durable.
+  private async checkpoint(): Promise<void> {
+    const left = this.log.rotate();
+    const docs = [...this.dirty];
+    this.dirty = new Set();
+    const results = await Promise.allSettled(
+      docs.map((doc) => this.enqueue(doc, () => this.checkpointDocument(doc))),
+    );
+    let failed = 0;
+    for (let i = 0; i < docs.length; i++) {
+      if (results[i]!.status === 'fulfilled') continue;
+      failed++;
+      this.dirty.add(docs[i]!);
+    }
+    if (failed > 0) {
+      this.logger?.warn(
+        { dir: this.dataDir, failed },
+        'file store: checkpoint incomplete; the write-ahead log keeps those entries',
+      );
+      if (!this.closed) this.scheduleCheckpoint();
+      return;
+    }
+    await this.log.removeThrough(left, this.oldestLog);
+    this.oldestLog = left + 1;
+  }
+
+  /// Appends the document's logged entries to its journal, fsync'd.
+  private async checkpointDocument(doc: DocFiles): Promise<void> {
+    // After a failure memory may be behind the files (which journal generation is current,
+    // which entries it already holds): read them again, which also drops those it holds.
+    if (doc.logged.length === 0) return;
+    if (!doc.known) await this.read(doc);
+    if (doc.logged.length === 0) return;
+    let lines = '';
+    for (const entry of doc.logged) lines += entry.line;
+    await this.appendLines(doc, lines);
+    doc.logged = [];
   }
 
   private async appendLines(doc: DocFiles, lines: string): Promise<void> {
@@ -488,7 +744,7 @@ export class FileStore implements Store {
     }
     // A new file is only durable once its directory entry is: once per file and process.
     if (!doc.journalEntrySynced) {
-      await syncDir(doc.dir);
+      await syncDirectory(doc.dir);
       doc.journalEntrySynced = true;
     }
   }
@@ -524,6 +780,8 @@ export class FileStore implements Store {
       const journal = await this.readJournal(doc.journalPath(doc.generation));
       for (const entry of journal)
         if (entryEnd(entry) > snapshot.version) lines += JSON.stringify(entry) + '\n';
+      // The journal file holds what the checkpoints moved there; the rest is in the log.
+      for (const entry of doc.logged) if (entry.end > snapshot.version) lines += entry.line;
     }
     const handle = await open(doc.journalPath(generation), 'w');
     try {
@@ -539,6 +797,8 @@ export class FileStore implements Store {
     doc.generation = generation;
     doc.snapshotVersion = snapshot.version;
     doc.journalEntrySynced = true;
+    // Every logged entry is in the new generation or under the snapshot now.
+    doc.logged = [];
     // Garbage from now on; a leftover (after a crash) is never read, generations only grow.
     await unlink(doc.journalPath(previous)).catch(() => {});
     return { ok: true };
@@ -556,16 +816,35 @@ export class FileStore implements Store {
       await handle.close();
     }
     await rename(temp, doc.statePath);
-    await syncDir(doc.dir);
+    await syncDirectory(doc.dir);
   }
 
   private async ensureDir(dir: string): Promise<void> {
     if (this.syncedDirs.has(dir)) return;
     await mkdir(dir, { recursive: true });
     // The shard directory's own entry must reach the disk before files in it count.
-    await syncDir(this.dataDir);
+    await syncDirectory(this.dataDir);
     this.syncedDirs.add(dir);
   }
+}
+
+/// The entries of a journal file's text up to `complete` (the end of its last whole line).
+function parseJournalText(text: string, complete: number, path: string): JournalEntry[] {
+  return parseLines(text, complete, parseJournalEntry, 'journal', path);
+}
+
+/// The version a journal ends at, after a snapshot at `snapshotVersion` (-1: none). Entries
+/// are contiguous; the first may start inside the snapshot (it was kept whole). A gap is
+/// damaged data, not an unreachable store: retrying cannot help (see `toUnavailable`).
+function journalEnd(docId: string, snapshotVersion: number, journal: JournalEntry[]): number {
+  let version = Math.max(snapshotVersion, 0);
+  for (let i = 0; i < journal.length; i++) {
+    const entry = journal[i]!;
+    if (i === 0 ? entry.baseVersion > version : entry.baseVersion !== version)
+      throw new TypeError(`journal of ${docId} has a gap at ${entry.baseVersion}`);
+    version = entryEnd(entry);
+  }
+  return version;
 }
 
 function parseState(raw: unknown): StateFile {
@@ -579,15 +858,6 @@ function parseState(raw: unknown): StateFile {
     generation: generation as number,
     snapshot: snapshot === null ? null : parseSnapshot(snapshot),
   };
-}
-
-async function syncDir(dir: string): Promise<void> {
-  const handle = await open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }
 
 function errorCode(error: unknown): string | undefined {

@@ -52,6 +52,30 @@ export function parseSnapshot(raw: unknown): Snapshot {
   };
 }
 
+/// Parses the whole lines of `text` (those before `complete`, the end of its last whole line)
+/// with `parse`: the journals and the write-ahead log are one JSON value per line. A line that
+/// does not parse throws a `TypeError` naming `what` and `path`.
+export function parseLines<T>(
+  text: string,
+  complete: number,
+  parse: (raw: unknown) => T,
+  what: string,
+  path: string,
+): T[] {
+  const values: T[] = [];
+  let start = 0;
+  while (start < complete) {
+    const end = text.indexOf('\n', start);
+    try {
+      values.push(parse(JSON.parse(text.slice(start, end))));
+    } catch (error) {
+      throw new TypeError(`corrupt ${what} line in ${path}`, { cause: error });
+    }
+    start = end + 1;
+  }
+  return values;
+}
+
 /// The version a journal entry ends at.
 export function entryEnd(entry: JournalEntry): number {
   return entry.baseVersion + entry.steps.length;

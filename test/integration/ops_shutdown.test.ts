@@ -99,7 +99,9 @@ describe('operations: lock, shutdown (server child processes, file store)', () =
         assert.equal(JSON.parse(await readFile(state, 'utf8')).snapshot, null);
       }
       // The snapshot of 'wedged' opens its next journal generation first: that open hangs.
-      await wedge((await fileOf(dir, 'wedged', '.0.journal')).replace(/0\.journal$/, '1.journal'));
+      await wedge(
+        (await fileOf(dir, 'wedged', '.state.json')).replace(/state\.json$/, '1.journal'),
+      );
       const { exit, ms } = await terminate(server);
       assert.ok(ms < shutdownTimeoutMs + 1000, `exited after ${ms} ms`);
       // A thread stuck in open(2) would hold process.exit forever: the server kills itself.
@@ -132,7 +134,9 @@ describe('operations: lock, shutdown (server child processes, file store)', () =
     try {
       editors = await editAndSettle(server, ['broken', 'fine']);
       // A directory where the snapshot's journal file goes: open(2) fails with EISDIR.
-      await mkdir((await fileOf(dir, 'broken', '.0.journal')).replace(/0\.journal$/, '1.journal'));
+      await mkdir(
+        (await fileOf(dir, 'broken', '.state.json')).replace(/state\.json$/, '1.journal'),
+      );
       const { exit, ms } = await terminate(server);
       assert.equal(exit, 1, server.output());
       assert.ok(ms < 3000, `exited after ${ms} ms`);

@@ -1,0 +1,245 @@
+import {
+  closeSync,
+  constants,
+  fsyncSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  unlinkSync,
+} from 'node:fs';
+import { open, unlink, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { docIdPattern } from '../../schema/index.js';
+import { parseJournalEntry, parseLines } from './journal_entry.js';
+import type { JournalEntry } from './store.js';
+
+/// One record of the shared log: a journal entry and the document (and epoch) it extends.
+export interface LogRecord {
+  docId: string;
+  epoch: string;
+  entry: JournalEntry;
+}
+
+/// What a directory's log files held when the store opened: their records, oldest first,
+/// and the generation the next file takes.
+export interface RecoveredLog {
+  records: LogRecord[];
+  files: string[];
+  nextGeneration: number;
+}
+
+interface Commit {
+  text: string;
+  resolve: () => void;
+  reject: (error: unknown) => void;
+}
+
+const fileName = /^log\.(\d{1,15})\.wal$/;
+
+/// With O_DSYNC each write returns once its data (and the file size) is on disk: a write and
+/// an fdatasync in one system call, so one trip through libuv's thread pool per round instead
+/// of two. Each trip waits for a pool thread and then for the event loop, which is most of a
+/// round's time on a busy server. Where the flag does not exist, `write` syncs separately.
+const dsync = constants.O_DSYNC;
+const openFlags =
+  dsync === undefined ? 'a' : constants.O_WRONLY | constants.O_CREAT | constants.O_APPEND | dsync;
+
+/// The write-ahead log the file store shares between all its documents: every accepted append
+/// of every document goes into one file, and every commit gathered while the previous one was
+/// being written (or within one turn) shares one write and one `fdatasync`. Twenty busy
+/// documents thus cost one disk flush per round instead of twenty; the documents' own journal
+/// files are brought up to date later, in a checkpoint, and the log files it covers deleted.
+///
+/// A failed write or sync leaves the file's tail unknown (a torn line, or a line that reached
+/// the disk although its commit was refused). The log then moves on to a new file, so a torn
+/// line can only ever be the last of its file; a refused line that did land is superseded on
+/// replay by the later record at the same base version (see `FileStore`).
+export class WriteAheadLog {
+  private readonly dir: string;
+  private generationNumber: number;
+  /// The open file and its generation; replaced between rounds once `rotate` moved on.
+  private handle: FileHandle | null = null;
+  private handleGeneration = 0;
+  private queue: Commit[] = [];
+  private writing = false;
+  private scheduled = false;
+  /// The write loop running now (or the last one): `close` waits on it.
+  private draining: Promise<void> = Promise.resolve();
+  private charsWritten = 0;
+
+  constructor(dir: string, generation: number) {
+    this.dir = dir;
+    this.generationNumber = generation;
+  }
+
+  /// The generation commits go to now.
+  get generation(): number {
+    return this.generationNumber;
+  }
+
+  /// Characters (UTF-16 units: bytes for ASCII) committed to the current file.
+  get size(): number {
+    return this.charsWritten;
+  }
+
+  static path(dir: string, generation: number): string {
+    return join(dir, `log.${String(generation).padStart(8, '0')}.wal`);
+  }
+
+  /// Reads every log file in `dir` (synchronously: the store does this once, when it opens).
+  /// A torn last line, from a crash mid-write, is dropped; any other line that does not parse
+  /// throws a `TypeError` naming the file, since records after it may be acknowledged steps.
+  static recover(dir: string): RecoveredLog {
+    const found: { generation: number; path: string }[] = [];
+    for (const name of readdirSync(dir)) {
+      const match = fileName.exec(name);
+      if (match) found.push({ generation: Number(match[1]), path: join(dir, name) });
+    }
+    found.sort((a, b) => a.generation - b.generation);
+    const records: LogRecord[] = [];
+    for (const { path } of found) {
+      const text = readFileSync(path, 'utf8');
+      const complete = text.lastIndexOf('\n') + 1;
+      for (const record of parseLines(text, complete, parseRecord, 'write-ahead log', path))
+        records.push(record);
+    }
+    const last = found[found.length - 1];
+    return {
+      records,
+      files: found.map((file) => file.path),
+      nextGeneration: last ? last.generation + 1 : 1,
+    };
+  }
+
+  /// Deletes the given log files and makes that durable (synchronously, at open).
+  static removeSync(dir: string, files: string[]): void {
+    if (files.length === 0) return;
+    for (const file of files) unlinkSync(file);
+    syncDirectorySync(dir);
+  }
+
+  /// One line of the log for an entry already serialized as `entryJSON` (an object literal):
+  /// the document's id and epoch are spliced in front, so the steps are stringified once.
+  static line(docId: string, epoch: string, entryJSON: string): string {
+    return `{"docId":${JSON.stringify(docId)},"epoch":${JSON.stringify(epoch)},${entryJSON.slice(1)}\n`;
+  }
+
+  /// Appends `text` (whole lines) and resolves once it is on disk. Commits made while a write
+  /// is in flight, or within the same turn, go out together.
+  commit(text: string): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.queue.push({ text, resolve, reject });
+      if (this.writing || this.scheduled) return;
+      this.scheduled = true;
+      // After the current turn's I/O callbacks, so that every document flushing in this turn
+      // joins the first write.
+      setImmediate(() => {
+        this.scheduled = false;
+        this.draining = this.drain();
+      });
+    });
+  }
+
+  /// Sends the next round of commits to a new file and returns the generation of the one
+  /// left (a round in flight still finishes there). The write loop closes the old handle
+  /// between rounds, never under a write.
+  rotate(): number {
+    const left = this.generationNumber;
+    this.generationNumber++;
+    this.charsWritten = 0;
+    return left;
+  }
+
+  /// Deletes the log files of generations up to `generation` (their records are in the
+  /// documents' journals by now) and syncs the directory.
+  async removeThrough(generation: number, oldest: number): Promise<void> {
+    for (let g = oldest; g <= generation; g++) {
+      await unlink(WriteAheadLog.path(this.dir, g)).catch((error: unknown) => {
+        if ((error as { code?: unknown }).code !== 'ENOENT') throw error;
+      });
+    }
+    await syncDirectory(this.dir);
+  }
+
+  /// Waits for the commits in flight; later commits are refused by the store, not here.
+  async close(): Promise<void> {
+    // A scheduled loop starts within this turn's immediates; the loop ends once the queue is
+    // empty. Awaiting it (not polling) costs nothing while a write hangs on a stuck disk.
+    if (this.scheduled) await new Promise<void>((resolve) => setImmediate(resolve));
+    await this.draining;
+    const handle = this.handle;
+    this.handle = null;
+    if (handle) await handle.close();
+  }
+
+  private async drain(): Promise<void> {
+    this.writing = true;
+    while (this.queue.length > 0) {
+      const round = this.queue;
+      this.queue = [];
+      let text = round[0]!.text;
+      for (let i = 1; i < round.length; i++) text += round[i]!.text;
+      try {
+        await this.write(text);
+      } catch (error) {
+        // The file's tail is unknown now: start a new one, so that whatever landed of this
+        // round stays the last thing in its file.
+        if (this.handleGeneration === this.generationNumber) this.rotate();
+        for (const commit of round) commit.reject(error);
+        continue;
+      }
+      for (const commit of round) commit.resolve();
+    }
+    this.writing = false;
+  }
+
+  private async write(text: string): Promise<void> {
+    let fresh = false;
+    if (this.handle && this.handleGeneration !== this.generationNumber) {
+      const old = this.handle;
+      this.handle = null;
+      await old.close().catch(() => {});
+    }
+    if (!this.handle) {
+      this.handleGeneration = this.generationNumber;
+      this.handle = await open(WriteAheadLog.path(this.dir, this.handleGeneration), openFlags);
+      fresh = true;
+    }
+    const handle = this.handle;
+    // writeFile on a handle loops until every byte is written (a short write is not an error).
+    await handle.writeFile(text);
+    if (dsync === undefined) await handle.datasync();
+    // A new file's records count only once its directory entry is durable: once per file.
+    // Not cached across a failure: the next file after one is new anyway.
+    if (fresh) await syncDirectory(this.dir);
+    if (this.handleGeneration === this.generationNumber) this.charsWritten += text.length;
+  }
+}
+
+function parseRecord(raw: unknown): LogRecord {
+  const entry = parseJournalEntry(raw);
+  const { docId, epoch } = raw as Record<string, unknown>;
+  if (typeof docId !== 'string' || !docIdPattern.test(docId) || typeof epoch !== 'string')
+    throw new TypeError('write-ahead log record: bad docId or epoch');
+  return { docId, epoch, entry };
+}
+
+/// Makes the entries of `dir` (files created, renamed or deleted in it) durable.
+export async function syncDirectory(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/// `syncDirectory`, synchronously, for what a store does once, when it opens.
+export function syncDirectorySync(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
