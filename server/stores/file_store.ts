@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   closeSync,
   fsyncSync,
+  mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
@@ -117,6 +118,10 @@ class DocFiles {
   generation = 0;
   /// Whether the directory entry of the current journal file is known to be on disk.
   journalEntrySynced = false;
+  /// A write to the document's files failed. What the page cache shows of them may then not
+  /// be on disk (Linux marks the pages of a failed writeback clean), so the next checkpoint
+  /// writes the journal again, whole, to a new generation instead of trusting it.
+  suspect = false;
   /// Entries durable in the write-ahead log only, in order: a checkpoint moves them to the
   /// journal file. Until then the document stays cached, since nothing else holds them.
   logged: LoggedEntry[] = [];
@@ -142,6 +147,11 @@ class DocFiles {
   journalPath(generation: number): string {
     return join(this.dir, `${this.base}.${generation}.journal`);
   }
+
+  /// Log records set aside at open because they did not fit the document (see `replay`).
+  get unreplayedPath(): string {
+    return join(this.dir, `${this.base}.unreplayed.wal`);
+  }
 }
 
 /// A store on the local file system, one process per directory. Each document has a journal
@@ -160,6 +170,19 @@ class DocFiles {
 /// records extend the same version the later one wins: a record is only written at a version
 /// that memory says is free, so an earlier one there belonged to a write that failed (and
 /// whose caller was told so) but reached the disk anyway.
+///
+/// A later record at base b supersedes every earlier one at b or after, not only the one at b:
+/// a failed round may hold several appends of a document, each made on top of the one before.
+/// Replay fsyncs every journal the log names, even one that already held the records (a
+/// process killed before a checkpoint's fsync left them in the page cache only). Records that
+/// do not fit their document are set aside for it (`replay`) rather than stopping the whole
+/// directory from opening.
+///
+/// After a failed write to a document's files (a journal append, a snapshot, a state file),
+/// what reading them shows may not be on disk, so they are written again, whole, to a new
+/// journal generation at the next checkpoint (`suspect`), and the log keeps their entries until
+/// then. Checkpoints are bounded like every operation: a document that hangs in one keeps the
+/// log files but holds no later checkpoint of the others.
 ///
 /// I/O failures reject with `StoreUnavailableError`. Files that do not parse, and a journal
 /// that is corrupt other than in its last line or has a gap, reject with a `TypeError` or
@@ -193,6 +216,8 @@ export class FileStore implements Store {
   private readonly checkpointMs: number;
   private readonly docs = new Map<string, DocFiles>();
   private readonly syncedDirs = new Set<string>();
+  /// The `unreplayedPath` of every document whose log records were set aside (see `replay`).
+  private readonly unreplayed = new Set<string>();
   private readonly log: WriteAheadLog;
   /// Documents that committed to the log since the last checkpoint began.
   private dirty = new Set<DocFiles>();
@@ -311,7 +336,11 @@ export class FileStore implements Store {
     try {
       await this.checkpointing;
       await this.log.close();
-      for (const doc of this.docs.values()) await this.checkpointDocument(doc);
+      // All at once: the disk takes them in parallel, and `close` has `timeoutMs` for them.
+      const results = await Promise.allSettled(
+        [...this.docs.values()].map((doc) => this.checkpointDocument(doc)),
+      );
+      for (const result of results) if (result.status === 'rejected') throw result.reason;
       await this.log.removeThrough(this.log.generation, this.oldestLog);
     } catch (error) {
       this.logger?.warn(
@@ -325,13 +354,15 @@ export class FileStore implements Store {
   /// Deletes `*.tmp` files in the shard directories: state files whose atomic write a crash
   /// cut between write and rename. Nothing reads them and a later write replaces them, but
   /// they would pile up. Only safe under the lock, when nobody else is writing. One listing
-  /// per shard (at most 256), once, at start-up.
+  /// per shard (at most 256), once, at start-up. The same listing notes the documents with
+  /// log records set aside by an earlier open (`unreplayed`).
   private removeTemporaryFiles(): void {
     let removed = 0;
     for (const shard of readdirSync(this.dataDir, { withFileTypes: true })) {
       if (!shard.isDirectory() || !/^[0-9a-f]{2}$/.test(shard.name)) continue;
       const dir = join(this.dataDir, shard.name);
       for (const name of readdirSync(dir)) {
+        if (name.endsWith('.unreplayed.wal')) this.unreplayed.add(join(dir, name));
         if (!name.endsWith('.tmp')) continue;
         unlinkSync(join(dir, name));
         removed++;
@@ -401,6 +432,11 @@ export class FileStore implements Store {
       .catch((error: unknown) => {
         // The files may hold more (or less) than memory says: read them again next time.
         doc.known = false;
+        if (errorCode(error) !== undefined && !this.closed) {
+          doc.suspect = true;
+          this.dirty.add(doc);
+          this.scheduleCheckpoint();
+        }
         throw toUnavailable(error);
       });
     doc.tail = result.then(
@@ -427,6 +463,10 @@ export class FileStore implements Store {
 
   /// Reads the document's files into `doc`; returns what `load` returns.
   private async read(doc: DocFiles): Promise<StoredDocument | null> {
+    if (this.unreplayed.has(doc.unreplayedPath))
+      throw new TypeError(
+        `${doc.docId} has acknowledged steps set aside in ${doc.unreplayedPath}: repair it first`,
+      );
     let state: StateFile;
     try {
       state = parseState(JSON.parse(await readFile(doc.statePath, 'utf8')));
@@ -457,6 +497,9 @@ export class FileStore implements Store {
     doc.epoch = state.epoch;
     doc.version = version;
     doc.snapshotVersion = snapshotVersion;
+    // Whether that file's directory entry is on disk is not known: a snapshot may have failed
+    // between naming it and syncing the directory.
+    if (doc.generation !== state.generation) doc.journalEntrySynced = false;
     doc.generation = state.generation;
     return {
       epoch: state.epoch,
@@ -514,7 +557,10 @@ export class FileStore implements Store {
 
   /// Replays the records a previous process left in the write-ahead log (see the class
   /// comment) into the documents' journals, fsync'd. Synchronous: it runs once, at open,
-  /// before anything else may touch the files.
+  /// before anything else may touch the files. A document whose files do not take its records
+  /// (an unreadable state file, a journal with a gap, records past its end) has them set aside
+  /// in a file of its own, and loading it fails as damaged until someone repairs it: the rest
+  /// of the directory opens, and nothing acknowledged is deleted with the log.
   private replay(records: LogRecord[]): void {
     const byDoc = new Map<string, LogRecord[]>();
     for (const record of records) {
@@ -523,52 +569,110 @@ export class FileStore implements Store {
       else byDoc.set(record.docId, [record]);
     }
     let replayed = 0;
+    const damaged: string[] = [];
     for (const [docId, list] of byDoc) {
       const doc = new DocFiles(this.dataDir, docId);
-      let state: StateFile;
       try {
-        state = parseState(JSON.parse(readFileSync(doc.statePath, 'utf8')));
+        replayed += this.replayDocument(doc, list);
       } catch (error) {
-        // The state file is durable before the first record of a document is written.
-        throw new TypeError(`write-ahead log names ${docId}, whose state file is unreadable`, {
-          cause: error,
-        });
+        if (!(error instanceof TypeError || error instanceof SyntaxError)) throw error;
+        this.setAside(doc, list);
+        damaged.push(`${docId}: ${error.message}`);
       }
-      const path = doc.journalPath(state.generation);
-      const snapshotVersion = state.snapshot ? state.snapshot.version : -1;
-      let version = journalEnd(docId, snapshotVersion, this.readJournalSync(path));
-      // The later record at a version wins (see the class comment).
-      const byBase = new Map<number, JournalEntry>();
-      for (const record of list)
-        if (record.epoch === state.epoch) byBase.set(record.entry.baseVersion, record.entry);
-      let lines = '';
-      for (let entry = byBase.get(version); entry; entry = byBase.get(version)) {
-        if (entry.steps.length === 0) break;
-        lines += JSON.stringify(entry) + '\n';
-        version = entryEnd(entry);
-        replayed++;
-      }
-      for (const base of byBase.keys())
-        if (base > version)
-          throw new TypeError(
-            `write-ahead log of ${docId} holds steps at ${base}, past its journal's end at ${version}`,
-          );
-      if (lines === '') continue;
-      const fd = openSync(path, 'a');
-      try {
-        let buffer = Buffer.from(lines);
-        while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      syncDirectorySync(doc.dir);
     }
+    // The shard directories' own entries (new ones, or ones a crash left unsynced).
+    syncDirectorySync(this.dataDir);
     if (replayed > 0)
       this.logger?.warn(
         { dir: this.dataDir, entries: replayed, docs: byDoc.size },
         'file store: replayed the write-ahead log a crash left into the journals',
       );
+    if (damaged.length > 0)
+      this.logger?.warn(
+        { dir: this.dataDir, damaged },
+        'file store: write-ahead log records that do not fit their documents were set aside ' +
+          '(*.unreplayed.wal); those documents fail to load until repaired',
+      );
+  }
+
+  /// Replays one document's records; returns how many went into its journal.
+  private replayDocument(doc: DocFiles, list: LogRecord[]): number {
+    const docId = doc.docId;
+    let state: StateFile;
+    try {
+      state = parseState(JSON.parse(readFileSync(doc.statePath, 'utf8')));
+    } catch (error) {
+      // The state file is durable before the first record of a document is written.
+      throw new TypeError(`the write-ahead log names ${docId}, whose state file is unreadable`, {
+        cause: error,
+      });
+    }
+    // In log order, a record at base b supersedes every earlier one at b or later: those were
+    // written by rounds that failed (their callers were told so) but reached the disk anyway,
+    // and whatever was made after them was made on top of them. Records of one document only
+    // ever grow in base otherwise, so this is a stack.
+    const kept: JournalEntry[] = [];
+    for (const record of list) {
+      if (record.epoch !== state.epoch) continue;
+      const base = record.entry.baseVersion;
+      while (kept.length > 0 && kept[kept.length - 1]!.baseVersion >= base) kept.pop();
+      kept.push(record.entry);
+    }
+    const path = doc.journalPath(state.generation);
+    const snapshotVersion = state.snapshot ? state.snapshot.version : -1;
+    let version = journalEnd(docId, snapshotVersion, this.readJournalSync(path));
+    let lines = '';
+    let count = 0;
+    for (const entry of kept) {
+      // Already in the journal: a checkpoint wrote it before the crash.
+      if (entryEnd(entry) <= version) continue;
+      if (entry.baseVersion !== version)
+        throw new TypeError(
+          `the write-ahead log of ${docId} holds steps at ${entry.baseVersion}, ` +
+            `but its journal ends at ${version}`,
+        );
+      lines += JSON.stringify(entry) + '\n';
+      version = entryEnd(entry);
+      count++;
+    }
+    // Synced even when the journal already held every record: a process killed between a
+    // checkpoint's write and its fsync (or a snapshot's rename and its directory sync) left
+    // them in the page cache only, and the log is about to be deleted.
+    const fd = openSync(path, 'a');
+    try {
+      let buffer = Buffer.from(lines);
+      while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    const stateFd = openSync(doc.statePath, 'r');
+    try {
+      fsyncSync(stateFd);
+    } finally {
+      closeSync(stateFd);
+    }
+    syncDirectorySync(doc.dir);
+    return count;
+  }
+
+  /// Writes a damaged document's log records to `<doc>.unreplayed.wal` beside its files,
+  /// durably, before the log that held them is deleted.
+  private setAside(doc: DocFiles, list: LogRecord[]): void {
+    mkdirSync(doc.dir, { recursive: true });
+    let text = '';
+    for (const { docId, epoch, entry } of list)
+      text += WriteAheadLog.line(docId, epoch, JSON.stringify(entry));
+    const fd = openSync(doc.unreplayedPath, 'a');
+    try {
+      let buffer = Buffer.from(text);
+      while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    syncDirectorySync(doc.dir);
+    this.unreplayed.add(doc.unreplayedPath);
   }
 
   /// Applies every pending append in order against the version in memory, writes the accepted
@@ -699,8 +803,10 @@ export class FileStore implements Store {
     const left = this.log.rotate();
     const docs = [...this.dirty];
     this.dirty = new Set();
+    // Bounded like any operation: one document stuck on a hung write must not hold every
+    // later checkpoint (it stays dirty, and the log files stay, until it answers).
     const results = await Promise.allSettled(
-      docs.map((doc) => this.enqueue(doc, () => this.checkpointDocument(doc))),
+      docs.map((doc) => this.bounded(doc, 'checkpoint', () => this.checkpointDocument(doc))),
     );
     let failed = 0;
     for (let i = 0; i < docs.length; i++) {
@@ -722,6 +828,7 @@ export class FileStore implements Store {
 
   /// Appends the document's logged entries to its journal, fsync'd.
   private async checkpointDocument(doc: DocFiles): Promise<void> {
+    if (doc.suspect) return this.rewriteJournal(doc);
     // After a failure memory may be behind the files (which journal generation is current,
     // which entries it already holds): read them again, which also drops those it holds.
     if (doc.logged.length === 0) return;
@@ -731,6 +838,51 @@ export class FileStore implements Store {
     for (const entry of doc.logged) lines += entry.line;
     await this.appendLines(doc, lines);
     doc.logged = [];
+  }
+
+  /// Writes the document's journal again, whole (what its files and the log hold after its
+  /// snapshot), to a new generation: after a failed write, what reading the files shows is
+  /// only known to be durable once written and fsync'd again.
+  private async rewriteJournal(doc: DocFiles): Promise<void> {
+    const stored = await this.read(doc);
+    if (stored) {
+      let lines = '';
+      for (const entry of stored.journal) lines += JSON.stringify(entry) + '\n';
+      await this.writeGeneration(doc, stored.snapshot, lines);
+    } else {
+      doc.suspect = false;
+    }
+  }
+
+  /// Makes `lines` the journal of a new generation after `snapshot`: written and fsync'd
+  /// before the state file names it (with that snapshot), so the switch is atomic. Every
+  /// logged entry must be in `lines` or under the snapshot. The file is written even when
+  /// empty: a file of that generation left by a crash before the rename must not be picked up.
+  private async writeGeneration(
+    doc: DocFiles,
+    snapshot: Snapshot | null,
+    lines: string,
+  ): Promise<void> {
+    const generation = doc.generation + 1;
+    const handle = await open(doc.journalPath(generation), 'w');
+    try {
+      await handle.write(lines);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    // writeState syncs the directory after its rename, which also makes the new journal's
+    // directory entry durable.
+    await this.writeState(doc, { docId: doc.docId, epoch: doc.epoch, generation, snapshot });
+    const previous = doc.generation;
+    doc.generation = generation;
+    doc.snapshotVersion = snapshot ? snapshot.version : -1;
+    doc.journalEntrySynced = true;
+    doc.logged = [];
+    // Whatever failed before, the files hold every entry durably again.
+    doc.suspect = false;
+    // Garbage from now on; a leftover (after a crash) is never read, generations only grow.
+    await unlink(doc.journalPath(previous)).catch(() => {});
   }
 
   private async appendLines(doc: DocFiles, lines: string): Promise<void> {
@@ -771,10 +923,7 @@ export class FileStore implements Store {
     if (doc.epoch !== snapshot.epoch || doc.version < snapshot.version)
       return { ok: false, reason: 'conflict' };
     if (doc.snapshotVersion >= snapshot.version) return { ok: false, reason: 'outdated' };
-    // The entries the snapshot does not cover move to a new generation, which is complete and
-    // fsync'd before the state file names it. The file is written even when empty: a file of
-    // that generation left by a crash before the rename must not be picked up.
-    const generation = doc.generation + 1;
+    // The entries the snapshot does not cover move to a new generation.
     let lines = '';
     if (doc.version > snapshot.version) {
       const journal = await this.readJournal(doc.journalPath(doc.generation));
@@ -783,24 +932,7 @@ export class FileStore implements Store {
       // The journal file holds what the checkpoints moved there; the rest is in the log.
       for (const entry of doc.logged) if (entry.end > snapshot.version) lines += entry.line;
     }
-    const handle = await open(doc.journalPath(generation), 'w');
-    try {
-      await handle.write(lines);
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    // writeState syncs the directory after its rename, which also makes the new journal's
-    // directory entry durable.
-    await this.writeState(doc, { docId: doc.docId, epoch: doc.epoch, generation, snapshot });
-    const previous = doc.generation;
-    doc.generation = generation;
-    doc.snapshotVersion = snapshot.version;
-    doc.journalEntrySynced = true;
-    // Every logged entry is in the new generation or under the snapshot now.
-    doc.logged = [];
-    // Garbage from now on; a leftover (after a crash) is never read, generations only grow.
-    await unlink(doc.journalPath(previous)).catch(() => {});
+    await this.writeGeneration(doc, snapshot, lines);
     return { ok: true };
   }
 

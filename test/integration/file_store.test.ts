@@ -1,13 +1,14 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { appendFile, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, describe, it } from 'node:test';
 import { FileStore } from '../../server/stores/file_store.js';
 import { WriteAheadLog } from '../../server/stores/write_ahead_log.js';
+import { releaseWriter, wedge } from '../support/fifo.js';
 import { writerCommand } from '../support/file_store_writer.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 import { delay } from '../support/wait.js';
@@ -24,6 +25,14 @@ async function dataDir(): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'scriptorium-file-store-'));
   tempDirs.push(dir);
   return dir;
+}
+
+/// Polls `condition` every 10 ms for up to 5 s.
+async function until(condition: () => Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; !(await condition()); i++) {
+    assert.ok(i < 500, `${what} within 5 s`);
+    await delay(10);
+  }
 }
 
 /// Every file under `dir` whose name ends with `suffix`.
@@ -270,23 +279,166 @@ describe('FileStore write-ahead log', () => {
     await second.close();
   });
 
-  it('refuses to open a directory whose log is damaged, and leaves the directory unlocked', async () => {
+  it('supersedes on replay every record made on top of a failed round, not only the one at its version', async () => {
+    const dir = await dataDir();
+    const first = new FileStore({ dataDir: dir });
+    await first.append('short', appendOf(history, epoch, 0, 2));
+    await first.append('same', appendOf(history, epoch, 0, 2));
+    await first.close();
+    // A round of two appends per document failed but landed (client-a), then the retries were
+    // acknowledged (client-b): one ends before the second refused record's base, one at it.
+    await writeFile(
+      WriteAheadLog.path(dir, 3),
+      logLine('short', 2, 4) +
+        logLine('same', 2, 4) +
+        logLine('short', 4, 7) +
+        logLine('same', 4, 6) +
+        logLine('short', 2, 3, 'client-b') +
+        logLine('same', 2, 4, 'client-b'),
+    );
+    const store = new FileStore({ dataDir: dir });
+    const short = (await store.load('short'))!;
+    assert.deepEqual(
+      short.journal.map((entry) => [entry.baseVersion, entry.steps.length, entry.clientIDs[0]]),
+      [
+        [0, 2, 'client-a'],
+        [2, 1, 'client-b'],
+      ],
+    );
+    assert.ok(reconstruct(short).eq(history.docs[3]!));
+    // Not client-a's 4→6 on top of client-b's 2→4: that was made on client-a's own 2→4.
+    const same = (await store.load('same'))!;
+    assert.equal(same.version, 4);
+    assert.deepEqual(
+      same.journal.map((entry) => entry.clientIDs[0]),
+      ['client-a', 'client-b'],
+    );
+    await store.close();
+  });
+
+  it('opens a directory whose log does not fit one document, setting that one aside; refuses a damaged log', async () => {
     const dir = await dataDir();
     const first = new FileStore({ dataDir: dir });
     await first.append('damaged', appendOf(history, epoch, 0, 2));
+    await first.append('healthy', appendOf(history, epoch, 0, 2));
     await first.close();
-    // A record past the journal's end: the steps in between are gone.
-    await writeFile(WriteAheadLog.path(dir, 1), logLine('damaged', 3, 4));
-    assert.throws(() => new FileStore({ dataDir: dir }), /holds steps at 3, past .* end at 2/);
-    // A line that does not parse before the last one, and one naming no valid document.
+    // A record past the journal's end (the steps in between are gone), and a healthy record.
+    await writeFile(
+      WriteAheadLog.path(dir, 1),
+      logLine('damaged', 3, 4) + logLine('healthy', 2, 3),
+    );
+    const logger = recorder();
+    const second = new FileStore({ dataDir: dir, logger });
+    assert.match(
+      logger.messages.join('\n'),
+      /set aside.*damaged: .*steps at 3, but its journal ends at 2/,
+    );
+    assert.deepEqual(await filesEndingWith(dir, '.wal').then((files) => files.length), 1);
+    const [aside] = await filesEndingWith(dir, '.unreplayed.wal');
+    assert.match(aside!, /damaged\./);
+    assert.match(await readFile(aside!, 'utf8'), /"docId":"damaged".*"baseVersion":3/);
+    assert.equal((await second.load('healthy'))?.version, 3);
+    // Serving 'damaged' without the set-aside steps could lose acknowledged ones.
+    await assert.rejects(second.load('damaged'), /set aside/);
+    await assert.rejects(second.append('damaged', appendOf(history, epoch, 2, 3)), /set aside/);
+    await second.close();
+    // Still refused after a restart, until someone repairs it (here: drops the record).
+    const third = new FileStore({ dataDir: dir });
+    await assert.rejects(third.load('damaged'), /set aside/);
+    await third.close();
+    await rm(aside!);
+    const repaired = new FileStore({ dataDir: dir });
+    assert.equal((await repaired.load('damaged'))?.version, 2);
+    await repaired.close();
+
+    // A line that does not parse before the last one, and one naming no valid document: the
+    // records after it may be acknowledged, and there is no document to set them aside for.
     for (const bad of ['not json', logLine('damaged', 2, 3).replace('"damaged"', '"../x"')]) {
-      await writeFile(WriteAheadLog.path(dir, 1), bad.trimEnd() + '\n' + logLine('damaged', 2, 3));
+      await writeFile(WriteAheadLog.path(dir, 9), bad.trimEnd() + '\n' + logLine('damaged', 2, 3));
       assert.throws(() => new FileStore({ dataDir: dir }), /corrupt write-ahead log line/);
     }
-    await rm(WriteAheadLog.path(dir, 1));
+    await rm(WriteAheadLog.path(dir, 9));
     const store = new FileStore({ dataDir: dir });
     assert.equal((await store.load('damaged'))?.version, 2);
     await store.close();
+  });
+
+  it('writes a journal again to a new generation after a checkpoint failed to write it', async () => {
+    const dir = await dataDir();
+    const logger = recorder();
+    const store = new FileStore({ dataDir: dir, checkpointBytes: 1, checkpointMs: 50, logger });
+    await store.append('sus', appendOf(history, epoch, 0, 2));
+    await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'a checkpoint');
+    const [journal] = await filesEndingWith(dir, '.0.journal');
+    const content = await readFile(journal!);
+    // The journal's path is a directory now: the next checkpoint's open fails (EISDIR).
+    await rm(journal!);
+    await mkdir(journal!);
+    assert.deepEqual(await store.append('sus', appendOf(history, epoch, 2, 4)), {
+      ok: true,
+      version: 4,
+    });
+    await until(async () => logger.messages.some((m) => m.includes('checkpoint')), 'a failure');
+    // The file is back (the disk recovered); what the page cache shows of it is not trusted:
+    // everything goes to generation 1, fsync'd, named by the state file, and the log goes.
+    await rm(journal!, { recursive: true });
+    await writeFile(journal!, content);
+    await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'a checkpoint');
+    assert.deepEqual(await filesEndingWith(dir, '.0.journal'), []);
+    const [rewritten] = await filesEndingWith(dir, '.1.journal');
+    assert.equal((await readFile(rewritten!, 'utf8')).split('\n').length - 1, 2);
+    const [state] = await filesEndingWith(dir, '.state.json');
+    assert.equal(JSON.parse(await readFile(state!, 'utf8')).generation, 1);
+    await store.close();
+    const reopened = new FileStore({ dataDir: dir });
+    const stored = (await reopened.load('sus'))!;
+    assert.equal(stored.version, 4);
+    assert.ok(reconstruct(stored).eq(history.docs[4]!));
+    await reopened.close();
+  });
+
+  it('goes on checkpointing the other documents while one hangs in its checkpoint', async () => {
+    const dir = await dataDir();
+    const store = new FileStore({
+      dataDir: dir,
+      checkpointBytes: 1,
+      checkpointMs: 50,
+      timeoutMs: 300,
+      logger: recorder(),
+    });
+    await store.append('hung', appendOf(history, epoch, 0, 2));
+    await store.append('fine', appendOf(history, epoch, 0, 2));
+    await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'a checkpoint');
+    const [hungJournal] = (await filesEndingWith(dir, '.0.journal')).filter((f) =>
+      f.includes('/hung.'),
+    );
+    const [fineJournal] = (await filesEndingWith(dir, '.0.journal')).filter((f) =>
+      f.includes('/fine.'),
+    );
+    const content = await wedge(hungJournal!);
+    try {
+      // Logged and acknowledged; its checkpoint then hangs opening the journal.
+      assert.deepEqual((await store.append('hung', appendOf(history, epoch, 2, 3))).ok, true);
+      await delay(400);
+      assert.deepEqual((await store.append('fine', appendOf(history, epoch, 2, 3))).ok, true);
+      // A later checkpoint still moves 'fine' to its journal.
+      await until(
+        async () => (await readFile(fineJournal!, 'utf8')).split('\n').length - 1 === 2,
+        "'fine' checkpointed",
+      );
+      // 'hung' keeps the log files: they hold its acknowledged entry.
+      assert.ok((await filesEndingWith(dir, '.wal')).length > 0);
+    } finally {
+      // The hung open returns, its fsync fails (a FIFO); the disk "recovers".
+      await releaseWriter(hungJournal!);
+      await writeFile(hungJournal!, content!);
+    }
+    await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'the log deleted');
+    await store.close();
+    const reopened = new FileStore({ dataDir: dir });
+    assert.equal((await reopened.load('hung'))?.version, 3);
+    assert.equal((await reopened.load('fine'))?.version, 3);
+    await reopened.close();
   });
 
   it('checkpoints into the journals while open: the log files go, loads and snapshots see every entry', async () => {
