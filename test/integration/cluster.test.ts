@@ -2,10 +2,12 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
+import { createClient } from 'redis';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
 import type { StepJSON } from '../../schema/index.js';
+import { docKeys } from '../../server/stores/redis_keys.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';
 import { freePortRange } from '../support/redis_process.js';
 import { waitFor } from '../support/wait.js';
@@ -66,6 +68,30 @@ describe('a cluster of three nodes behind the gateway', () => {
       await exited;
     }
   });
+
+  /// What Redis and the nodes' logs say about `docId`, for a failure message: the document's
+  /// lease, handover request and home, each node's liveness (and since when), and the nodes'
+  /// last log lines.
+  async function diagnose(docId: string): Promise<string> {
+    const redis = createClient({ url: redisUrl });
+    await redis.connect();
+    try {
+      const keys = docKeys('scriptorium:', docId);
+      const facts: Record<string, unknown> = {
+        lease: await redis.get(keys.lease),
+        wanted: await redis.get(keys.wanted),
+        home: await redis.get(keys.home),
+      };
+      for (const node of ['node-1', 'node-2', 'node-3']) {
+        const key = `scriptorium:node:${node}`;
+        facts[node] = { since: await redis.get(key), ttlMs: await redis.pTTL(key) };
+      }
+      const logs = lines.filter((line) => !line.startsWith('node ')).slice(-40);
+      return `${JSON.stringify(facts)}\n${logs.join('\n')}`;
+    } finally {
+      await redis.quit();
+    }
+  }
 
   async function served(docId: string): Promise<Served | null> {
     const response = await fetch(`${gateway}/docs/${docId}`);
@@ -182,7 +208,8 @@ describe('a cluster of three nodes behind the gateway', () => {
         if (back?.node === victim) break;
         await new Promise((resolve) => setTimeout(resolve, 250));
       }
-      assert.equal(back?.node, victim, 'the document went back to its node');
+      if (back?.node !== victim)
+        assert.fail(`the document did not go back to ${victim}: ${await diagnose(docIds[0]!)}`);
       await Promise.all(editors.map((e, i) => editRandomly(e, new Random(90 + i), 10, 30)));
       await checkAll();
     } finally {
