@@ -638,14 +638,7 @@ export class FileStore implements Store {
     // Synced even when the journal already held every record: a process killed between a
     // checkpoint's write and its fsync (or a snapshot's rename and its directory sync) left
     // them in the page cache only, and the log is about to be deleted.
-    const fd = openSync(path, 'a');
-    try {
-      let buffer = Buffer.from(lines);
-      while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
+    appendSync(path, lines);
     const stateFd = openSync(doc.statePath, 'r');
     try {
       fsyncSync(stateFd);
@@ -663,14 +656,7 @@ export class FileStore implements Store {
     let text = '';
     for (const { docId, epoch, entry } of list)
       text += WriteAheadLog.line(docId, epoch, JSON.stringify(entry));
-    const fd = openSync(doc.unreplayedPath, 'a');
-    try {
-      let buffer = Buffer.from(text);
-      while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
+    appendSync(doc.unreplayedPath, text);
     syncDirectorySync(doc.dir);
     this.unreplayed.add(doc.unreplayedPath);
   }
@@ -957,6 +943,19 @@ export class FileStore implements Store {
     // The shard directory's own entry must reach the disk before files in it count.
     await syncDirectory(this.dataDir);
     this.syncedDirs.add(dir);
+  }
+}
+
+/// Appends `text` to the file at `path` (created if missing) and fsyncs it, synchronously: for
+/// what the store does once, at open.
+function appendSync(path: string, text: string): void {
+  const fd = openSync(path, 'a');
+  try {
+    let buffer = Buffer.from(text);
+    while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
   }
 }
 
