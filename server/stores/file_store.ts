@@ -4,6 +4,8 @@ import {
   fsyncSync,
   mkdirSync,
   openSync,
+  renameSync,
+  rmSync,
   readdirSync,
   readFileSync,
   ftruncateSync,
@@ -173,12 +175,13 @@ class DocFiles {
 ///
 /// A later record at base b supersedes every earlier one at b or after, not only the one at b:
 /// a failed round may hold several appends of a document, each made on top of the one before.
-/// Replay fsyncs every journal the log names, even one that already held the records (a
-/// process killed before a checkpoint's fsync left them in the page cache only). Records that
+/// Replay writes every journal the log names again, whole, to a new generation, even one that
+/// already held the records: they may be in the page cache only (a process killed before a
+/// checkpoint's fsync, or an fsync that failed). Records that
 /// do not fit their document are set aside for it (`replay`) rather than stopping the whole
 /// directory from opening.
 ///
-/// After a failed write to a document's files (a journal append, a snapshot, a state file),
+/// After a failed write or sync of a document's files (a journal append, a snapshot, a state file),
 /// what reading them shows may not be on disk, so they are written again, whole, to a new
 /// journal generation at the next checkpoint (`suspect`), and the log keeps their entries until
 /// then. Checkpoints are bounded like every operation: a document that hangs in one keeps the
@@ -432,11 +435,6 @@ export class FileStore implements Store {
       .catch((error: unknown) => {
         // The files may hold more (or less) than memory says: read them again next time.
         doc.known = false;
-        if (errorCode(error) !== undefined && !this.closed) {
-          doc.suspect = true;
-          this.dirty.add(doc);
-          this.scheduleCheckpoint();
-        }
         throw toUnavailable(error);
       });
     doc.tail = result.then(
@@ -457,7 +455,9 @@ export class FileStore implements Store {
     if (this.docs.size <= this.maxCachedDocs) return;
     for (const [docId, cached] of this.docs) {
       if (this.docs.size <= this.maxCachedDocs) break;
-      if (cached.active === 0 && cached.logged.length === 0) this.docs.delete(docId);
+      // A suspect one holds the only knowledge that its files need writing again.
+      if (cached.active === 0 && cached.logged.length === 0 && !cached.suspect)
+        this.docs.delete(docId);
     }
   }
 
@@ -602,6 +602,9 @@ export class FileStore implements Store {
     try {
       state = parseState(JSON.parse(readFileSync(doc.statePath, 'utf8')));
     } catch (error) {
+      // An I/O error is not damage: the open fails, and a later one may succeed.
+      const code = errorCode(error);
+      if (code !== undefined && code !== 'ENOENT') throw error;
       // The state file is durable before the first record of a document is written.
       throw new TypeError(`the write-ahead log names ${docId}, whose state file is unreadable`, {
         cause: error,
@@ -620,8 +623,10 @@ export class FileStore implements Store {
     }
     const path = doc.journalPath(state.generation);
     const snapshotVersion = state.snapshot ? state.snapshot.version : -1;
-    let version = journalEnd(docId, snapshotVersion, this.readJournalSync(path));
+    const journal = this.readJournalSync(path);
+    let version = journalEnd(docId, snapshotVersion, journal);
     let lines = '';
+    for (const entry of journal) lines += JSON.stringify(entry) + '\n';
     let count = 0;
     for (const entry of kept) {
       // Already in the journal: a checkpoint wrote it before the crash.
@@ -635,17 +640,20 @@ export class FileStore implements Store {
       version = entryEnd(entry);
       count++;
     }
-    // Synced even when the journal already held every record: a process killed between a
-    // checkpoint's write and its fsync (or a snapshot's rename and its directory sync) left
-    // them in the page cache only, and the log is about to be deleted.
-    appendSync(path, lines);
-    const stateFd = openSync(doc.statePath, 'r');
-    try {
-      fsyncSync(stateFd);
-    } finally {
-      closeSync(stateFd);
-    }
+    // The journal is written again, whole, to a new generation, even when it already held
+    // every record: what reading it shows may be in the page cache only (a process killed
+    // before a checkpoint's fsync, or one whose fsync failed, which marks the pages clean), and
+    // the log is about to be deleted. Written and fsync'd before the state file names it.
+    const generation = state.generation + 1;
+    // Whatever a crash left at that generation's path is garbage (a snapshot's file the state
+    // never named): removed rather than opened, in case it is not a regular file.
+    rmSync(doc.journalPath(generation), { force: true });
+    writeDurablySync(doc.journalPath(generation), lines, 'w');
+    const temp = doc.statePath + '.tmp';
+    writeDurablySync(temp, JSON.stringify({ ...state, generation }), 'w');
+    renameSync(temp, doc.statePath);
     syncDirectorySync(doc.dir);
+    rmSync(path, { force: true });
     return count;
   }
 
@@ -656,7 +664,7 @@ export class FileStore implements Store {
     let text = '';
     for (const { docId, epoch, entry } of list)
       text += WriteAheadLog.line(docId, epoch, JSON.stringify(entry));
-    appendSync(doc.unreplayedPath, text);
+    writeDurablySync(doc.unreplayedPath, text, 'a');
     syncDirectorySync(doc.dir);
     this.unreplayed.add(doc.unreplayedPath);
   }
@@ -854,6 +862,9 @@ export class FileStore implements Store {
     try {
       await handle.write(lines);
       await handle.sync();
+    } catch (error) {
+      this.markSuspect(doc);
+      throw error;
     } finally {
       await handle.close();
     }
@@ -877,6 +888,9 @@ export class FileStore implements Store {
     try {
       await handle.write(lines);
       await handle.sync();
+    } catch (error) {
+      this.markSuspect(doc);
+      throw error;
     } finally {
       await handle.close();
     }
@@ -926,15 +940,29 @@ export class FileStore implements Store {
   private async writeState(doc: DocFiles, state: StateFile): Promise<void> {
     await this.ensureDir(doc.dir);
     const temp = doc.statePath + '.tmp';
-    const handle = await open(temp, 'w');
     try {
-      await handle.write(JSON.stringify(state));
-      await handle.sync();
-    } finally {
-      await handle.close();
+      const handle = await open(temp, 'w');
+      try {
+        await handle.write(JSON.stringify(state));
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await rename(temp, doc.statePath);
+      await syncDirectory(doc.dir);
+    } catch (error) {
+      this.markSuspect(doc);
+      throw error;
     }
-    await rename(temp, doc.statePath);
-    await syncDirectory(doc.dir);
+  }
+
+  /// A write to the document's own files failed (see `DocFiles.suspect`). Also while closing:
+  /// the close's checkpoint must not trust those files either.
+  private markSuspect(doc: DocFiles): void {
+    doc.suspect = true;
+    if (this.closed) return;
+    this.dirty.add(doc);
+    this.scheduleCheckpoint();
   }
 
   private async ensureDir(dir: string): Promise<void> {
@@ -946,10 +974,10 @@ export class FileStore implements Store {
   }
 }
 
-/// Appends `text` to the file at `path` (created if missing) and fsyncs it, synchronously: for
-/// what the store does once, at open.
-function appendSync(path: string, text: string): void {
-  const fd = openSync(path, 'a');
+/// Writes (`w`) or appends (`a`) `text` to the file at `path` and fsyncs it, synchronously:
+/// for what the store does once, at open.
+function writeDurablySync(path: string, text: string, flag: 'w' | 'a'): void {
+  const fd = openSync(path, flag);
   try {
     let buffer = Buffer.from(text);
     while (buffer.length > 0) buffer = buffer.subarray(writeSync(fd, buffer));

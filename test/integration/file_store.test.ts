@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, describe, it } from 'node:test';
 import { FileStore } from '../../server/stores/file_store.js';
+import { StoreUnavailableError } from '../../server/stores/store.js';
 import { WriteAheadLog } from '../../server/stores/write_ahead_log.js';
 import { releaseWriter, wedge } from '../support/fifo.js';
 import { writerCommand } from '../support/file_store_writer.js';
@@ -260,6 +261,11 @@ describe('FileStore write-ahead log', () => {
     const second = new FileStore({ dataDir: dir, logger });
     assert.deepEqual(await filesEndingWith(dir, '.wal'), []);
     assert.match(logger.messages.join('\n'), /replayed the write-ahead log.*"entries":2/);
+    // The journal was written again, whole, to generation 1, not appended to: the record it
+    // already held may have been in the page cache only.
+    assert.deepEqual(await filesEndingWith(dir, '.0.journal'), []);
+    const [state] = await filesEndingWith(dir, '.state.json');
+    assert.equal(JSON.parse(await readFile(state!, 'utf8')).generation, 1);
     const stored = (await second.load('replay'))!;
     assert.deepEqual(
       stored.journal.map((entry) => [entry.baseVersion, entry.steps.length, entry.clientIDs[0]]),
@@ -363,26 +369,26 @@ describe('FileStore write-ahead log', () => {
     await store.close();
   });
 
-  it('writes a journal again to a new generation after a checkpoint failed to write it', async () => {
+  it('writes a journal again to a new generation after a checkpoint wrote it but failed to sync it', async () => {
     const dir = await dataDir();
     const logger = recorder();
     const store = new FileStore({ dataDir: dir, checkpointBytes: 1, checkpointMs: 50, logger });
     await store.append('sus', appendOf(history, epoch, 0, 2));
     await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'a checkpoint');
     const [journal] = await filesEndingWith(dir, '.0.journal');
-    const content = await readFile(journal!);
-    // The journal's path is a directory now: the next checkpoint's open fails (EISDIR).
-    await rm(journal!);
-    await mkdir(journal!);
+    // A FIFO in the journal's place: the next checkpoint's write goes through and its fsync
+    // fails (EINVAL), as a failed writeback would after the data reached the page cache.
+    const content = await wedge(journal!);
     assert.deepEqual(await store.append('sus', appendOf(history, epoch, 2, 4)), {
       ok: true,
       version: 4,
     });
+    await delay(300);
+    assert.match(await releaseWriter(journal!), /"baseVersion":2/);
     await until(async () => logger.messages.some((m) => m.includes('checkpoint')), 'a failure');
-    // The file is back (the disk recovered); what the page cache shows of it is not trusted:
-    // everything goes to generation 1, fsync'd, named by the state file, and the log goes.
-    await rm(journal!, { recursive: true });
-    await writeFile(journal!, content);
+    // The file is back as it was; what reading it shows is not trusted: everything goes to
+    // generation 1, fsync'd, named by the state file, and the log goes.
+    await writeFile(journal!, content!);
     await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'a checkpoint');
     assert.deepEqual(await filesEndingWith(dir, '.0.journal'), []);
     const [rewritten] = await filesEndingWith(dir, '.1.journal');
@@ -439,6 +445,51 @@ describe('FileStore write-ahead log', () => {
     assert.equal((await reopened.load('hung'))?.version, 3);
     assert.equal((await reopened.load('fine'))?.version, 3);
     await reopened.close();
+  });
+
+  it('fails the open on an I/O error reading a state file the log names, setting nothing aside', async () => {
+    const dir = await dataDir();
+    const first = new FileStore({ dataDir: dir });
+    await first.append('unreadable', appendOf(history, epoch, 0, 2));
+    await first.close();
+    await writeFile(WriteAheadLog.path(dir, 1), logLine('unreadable', 2, 3));
+    const [state] = await filesEndingWith(dir, '.state.json');
+    const content = await readFile(state!);
+    await rm(state!);
+    await mkdir(state!);
+    assert.throws(() => new FileStore({ dataDir: dir }), { code: 'EISDIR' });
+    assert.deepEqual(await filesEndingWith(dir, '.unreplayed.wal'), []);
+    // The disk answers again: the next open replays.
+    await rm(state!, { recursive: true });
+    await writeFile(state!, content);
+    const store = new FileStore({ dataDir: dir });
+    assert.equal((await store.load('unreadable'))?.version, 3);
+    await store.close();
+  });
+
+  it('deletes the log while one document cannot be read: a failed read wrote nothing', async () => {
+    const dir = await dataDir();
+    const store = new FileStore({ dataDir: dir, checkpointBytes: 1, checkpointMs: 50 });
+    await store.append('unread', appendOf(history, epoch, 0, 2));
+    await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'a checkpoint');
+    await store.close();
+    // Opened again, so that 'unread' is read from disk, through a state file that is a
+    // directory now: the read fails (EISDIR).
+    const [state] = await filesEndingWith(dir, '.state.json');
+    const content = await readFile(state!);
+    await rm(state!);
+    await mkdir(state!);
+    const again = new FileStore({ dataDir: dir, checkpointBytes: 1, checkpointMs: 50 });
+    try {
+      await assert.rejects(again.load('unread'), StoreUnavailableError);
+      await again.append('other', appendOf(history, epoch, 0, 2));
+      await until(async () => (await filesEndingWith(dir, '.wal')).length === 0, 'a checkpoint');
+    } finally {
+      await rm(state!, { recursive: true });
+      await writeFile(state!, content);
+    }
+    assert.equal((await again.load('unread'))?.version, 2);
+    await again.close();
   });
 
   it('checkpoints into the journals while open: the log files go, loads and snapshots see every entry', async () => {
