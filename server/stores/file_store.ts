@@ -177,15 +177,14 @@ class DocFiles {
 /// a failed round may hold several appends of a document, each made on top of the one before.
 /// Replay writes every journal the log names again, whole, to a new generation, even one that
 /// already held the records: they may be in the page cache only (a process killed before a
-/// checkpoint's fsync, or an fsync that failed). Records that
-/// do not fit their document are set aside for it (`replay`) rather than stopping the whole
-/// directory from opening.
+/// checkpoint's fsync, or an fsync that failed). Records that do not fit their document are set
+/// aside for it (`replay`) rather than stopping the whole directory from opening.
 ///
-/// After a failed write or sync of a document's files (a journal append, a snapshot, a state file),
-/// what reading them shows may not be on disk, so they are written again, whole, to a new
-/// journal generation at the next checkpoint (`suspect`), and the log keeps their entries until
-/// then. Checkpoints are bounded like every operation: a document that hangs in one keeps the
-/// log files but holds no later checkpoint of the others.
+/// After a failed write or sync of a document's files (a journal append, a snapshot, a state
+/// file), what reading them shows may not be on disk, so they are written again, whole, to a
+/// new journal generation at the next checkpoint (`suspect`), and the log keeps their entries
+/// until then. Checkpoints are bounded like every operation: a document that hangs in one
+/// keeps the log files but holds no later checkpoint of the others.
 ///
 /// I/O failures reject with `StoreUnavailableError`. Files that do not parse, and a journal
 /// that is corrupt other than in its last line or has a gap, reject with a `TypeError` or
