@@ -338,11 +338,20 @@ export class FileStore implements Store {
     try {
       await this.checkpointing;
       await this.log.close();
-      // All at once: the disk takes them in parallel, and `close` has `timeoutMs` for them.
-      const results = await Promise.allSettled(
-        [...this.docs.values()].map((doc) => this.checkpointDocument(doc)),
-      );
-      for (const result of results) if (result.status === 'rejected') throw result.reason;
+      // Several at a time (`close` has `timeoutMs` for them all), not all at once: thousands
+      // of documents would open thousands of files (EMFILE). Every one is tried; any
+      // failure keeps the log.
+      const docs = [...this.docs.values()];
+      let next = 0;
+      const failures: unknown[] = [];
+      const worker = async (): Promise<void> => {
+        while (next < docs.length) {
+          const doc = docs[next++]!;
+          await this.checkpointDocument(doc).catch((error: unknown) => failures.push(error));
+        }
+      };
+      await Promise.all(Array.from({ length: closeCheckpointConcurrency }, worker));
+      if (failures.length > 0) throw failures[0];
       await this.log.removeThrough(this.log.generation, this.oldestLog);
     } catch (error) {
       this.logger?.warn(
@@ -972,6 +981,10 @@ export class FileStore implements Store {
     this.syncedDirs.add(dir);
   }
 }
+
+/// How many documents the close's checkpoint writes at once: libuv's pool has four threads,
+/// so more only queues, while each holds a file open.
+const closeCheckpointConcurrency = 16;
 
 /// Writes (`w`) or appends (`a`) `text` to the file at `path` and fsyncs it, synchronously:
 /// for what the store does once, at open.

@@ -492,6 +492,21 @@ describe('FileStore write-ahead log', () => {
     await again.close();
   });
 
+  it('checkpoints every document at close, more of them than it writes at once', async () => {
+    const dir = await dataDir();
+    const store = new FileStore({ dataDir: dir, checkpointMs: 60_000 });
+    const ids = Array.from({ length: 40 }, (_, i) => `close-${i}`);
+    await Promise.all(ids.map((id) => store.append(id, appendOf(history, epoch, 0, 2))));
+    await Promise.all(ids.map((id) => store.append(id, appendOf(history, epoch, 2, 3))));
+    assert.equal((await filesEndingWith(dir, '.wal')).length, 1);
+    await store.close();
+    assert.deepEqual(await filesEndingWith(dir, '.wal'), []);
+    const journals = await filesEndingWith(dir, '.0.journal');
+    assert.equal(journals.length, 40);
+    for (const journal of journals)
+      assert.equal((await readFile(journal, 'utf8')).split('\n').length - 1, 2, journal);
+  });
+
   it('checkpoints into the journals while open: the log files go, loads and snapshots see every entry', async () => {
     const dir = await dataDir();
     const store = new FileStore({ dataDir: dir, checkpointBytes: 1 });
