@@ -866,16 +866,7 @@ export class FileStore implements Store {
     lines: string,
   ): Promise<void> {
     const generation = doc.generation + 1;
-    const handle = await open(doc.journalPath(generation), 'w');
-    try {
-      await handle.write(lines);
-      await handle.sync();
-    } catch (error) {
-      this.markSuspect(doc);
-      throw error;
-    } finally {
-      await handle.close();
-    }
+    await this.writeDocFile(doc, doc.journalPath(generation), 'w', lines);
     // writeState syncs the directory after its rename, which also makes the new journal's
     // directory entry durable.
     await this.writeState(doc, { docId: doc.docId, epoch: doc.epoch, generation, snapshot });
@@ -892,16 +883,7 @@ export class FileStore implements Store {
 
   private async appendLines(doc: DocFiles, lines: string): Promise<void> {
     await this.ensureDir(doc.dir);
-    const handle = await open(doc.journalPath(doc.generation), 'a');
-    try {
-      await handle.write(lines);
-      await handle.sync();
-    } catch (error) {
-      this.markSuspect(doc);
-      throw error;
-    } finally {
-      await handle.close();
-    }
+    await this.writeDocFile(doc, doc.journalPath(doc.generation), 'a', lines);
     // A new file is only durable once its directory entry is: once per file and process.
     if (!doc.journalEntrySynced) {
       await syncDirectory(doc.dir);
@@ -948,19 +930,34 @@ export class FileStore implements Store {
   private async writeState(doc: DocFiles, state: StateFile): Promise<void> {
     await this.ensureDir(doc.dir);
     const temp = doc.statePath + '.tmp';
+    await this.writeDocFile(doc, temp, 'w', JSON.stringify(state));
     try {
-      const handle = await open(temp, 'w');
-      try {
-        await handle.write(JSON.stringify(state));
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
       await rename(temp, doc.statePath);
       await syncDirectory(doc.dir);
     } catch (error) {
       this.markSuspect(doc);
       throw error;
+    }
+  }
+
+  /// Writes (`w`) or appends (`a`) `text` to one of the document's files and fsyncs it. Once
+  /// the file is open, a failure leaves in doubt what the page cache shows of it: the document
+  /// is then suspect.
+  private async writeDocFile(
+    doc: DocFiles,
+    path: string,
+    flag: 'w' | 'a',
+    text: string,
+  ): Promise<void> {
+    const handle = await open(path, flag);
+    try {
+      await handle.write(text);
+      await handle.sync();
+    } catch (error) {
+      this.markSuspect(doc);
+      throw error;
+    } finally {
+      await handle.close();
     }
   }
 
