@@ -8,7 +8,6 @@ import {
   rmSync,
   readdirSync,
   readFileSync,
-  ftruncateSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
@@ -541,7 +540,8 @@ export class FileStore implements Store {
     return parseJournalText(text, complete, path);
   }
 
-  /// What `readJournal` does, synchronously, for the replay at open.
+  /// A journal's whole lines, read synchronously for the replay at open. A torn last line is
+  /// left in the file: replay writes the entries to a new generation and deletes this one.
   private readJournalSync(path: string): JournalEntry[] {
     let text: string;
     try {
@@ -550,17 +550,7 @@ export class FileStore implements Store {
       if (errorCode(error) === 'ENOENT') return [];
       throw error;
     }
-    const complete = text.lastIndexOf('\n') + 1;
-    if (complete < text.length) {
-      const fd = openSync(path, 'r+');
-      try {
-        ftruncateSync(fd, Buffer.byteLength(text.slice(0, complete)));
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-    }
-    return parseJournalText(text, complete, path);
+    return parseJournalText(text, text.lastIndexOf('\n') + 1, path);
   }
 
   /// Replays the records a previous process left in the write-ahead log (see the class
