@@ -9,6 +9,7 @@ import {
 } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { docIdPattern } from '../../schema/index.js';
 import { parseJournalEntry, parseLines } from './journal_entry.js';
 import type { JournalEntry } from './store.js';
@@ -50,9 +51,15 @@ const openFlags =
 /// documents thus cost one disk flush per round instead of twenty; the documents' own journal
 /// files are brought up to date later, in a checkpoint, and the log files it covers deleted.
 ///
-/// A failed write or sync leaves the file's tail unknown (a torn line, or a line that reached
+/// Each round is framed: a header line `#<bytes> <crc32>` and then that many bytes of record
+/// lines (`round`). Reading a file back (`recover`), a round cut short by the end of the file
+/// is a write that never completed, so none of it was acknowledged, and it is dropped; a round
+/// whose checksum does not match stops the open. Without the checksum a changed digit inside a
+/// step would still parse, and replay would write a step nobody made into the document.
+///
+/// A failed write or sync leaves the file's tail unknown (a torn round, or a round that reached
 /// the disk although its commit was refused). The log then moves on to a new file, so a torn
-/// line can only ever be the last of its file; a refused line that did land is superseded on
+/// round can only ever be the last of its file; a refused round that did land is superseded on
 /// replay by the later record at the same base version (see `FileStore`).
 export class WriteAheadLog {
   private readonly dir: string;
@@ -65,7 +72,7 @@ export class WriteAheadLog {
   private scheduled = false;
   /// The write loop running now (or the last one): `close` waits on it.
   private draining: Promise<void> = Promise.resolve();
-  private charsWritten = 0;
+  private bytesWritten = 0;
 
   constructor(dir: string, generation: number) {
     this.dir = dir;
@@ -77,9 +84,9 @@ export class WriteAheadLog {
     return this.generationNumber;
   }
 
-  /// Characters (UTF-16 units: bytes for ASCII) committed to the current file.
+  /// Bytes committed to the current file.
   get size(): number {
-    return this.charsWritten;
+    return this.bytesWritten;
   }
 
   static path(dir: string, generation: number): string {
@@ -87,8 +94,10 @@ export class WriteAheadLog {
   }
 
   /// Reads every log file in `dir` (synchronously: the store does this once, when it opens).
-  /// A torn last line, from a crash mid-write, is dropped; any other line that does not parse
-  /// throws a `TypeError` naming the file, since records after it may be acknowledged steps.
+  /// A round cut short by the end of its file, from a crash or a failed write, is dropped; a
+  /// round whose checksum does not match, or any other damage, throws a `TypeError` naming the
+  /// file and offset, since it may hold acknowledged steps. Files written before rounds were
+  /// framed (lines only) are read as they were: a torn last line is dropped.
   static recover(dir: string): RecoveredLog {
     const found: { generation: number; path: string }[] = [];
     for (const name of readdirSync(dir)) {
@@ -98,10 +107,15 @@ export class WriteAheadLog {
     found.sort((a, b) => a.generation - b.generation);
     const records: LogRecord[] = [];
     for (const { path } of found) {
-      const text = readFileSync(path, 'utf8');
-      const complete = text.lastIndexOf('\n') + 1;
-      for (const record of parseLines(text, complete, parseRecord, 'write-ahead log', path))
-        records.push(record);
+      const bytes = readFileSync(path);
+      if (bytes.length > 0 && bytes[0] !== hash) {
+        const text = bytes.toString('utf8');
+        const complete = text.lastIndexOf('\n') + 1;
+        for (const record of parseLines(text, complete, parseRecord, 'write-ahead log', path))
+          records.push(record);
+        continue;
+      }
+      for (const record of readRounds(bytes, path)) records.push(record);
     }
     const last = found[found.length - 1];
     return {
@@ -109,6 +123,17 @@ export class WriteAheadLog {
       files: found.map((file) => file.path),
       nextGeneration: last ? last.generation + 1 : 1,
     };
+  }
+
+  /// One framed round of the log holding `lines` (whole lines): the header line, then the
+  /// lines' bytes.
+  static round(lines: string): Buffer {
+    const body = Buffer.from(lines, 'utf8');
+    const header = `#${body.length} ${crc32(body).toString(16).padStart(8, '0')}\n`;
+    const round = Buffer.allocUnsafe(header.length + body.length);
+    round.write(header, 0, 'latin1');
+    body.copy(round, header.length);
+    return round;
   }
 
   /// Deletes the given log files and makes that durable (synchronously, at open).
@@ -146,7 +171,7 @@ export class WriteAheadLog {
   rotate(): number {
     const left = this.generationNumber;
     this.generationNumber++;
-    this.charsWritten = 0;
+    this.bytesWritten = 0;
     return left;
   }
 
@@ -206,14 +231,54 @@ export class WriteAheadLog {
       fresh = true;
     }
     const handle = this.handle;
-    // writeFile on a handle loops until every byte is written (a short write is not an error).
-    await handle.writeFile(text);
+    const round = WriteAheadLog.round(text);
+    // A short write is not an error: write the rest. Whatever of the round lands before a
+    // failure is cut short, and dropped on replay.
+    for (let done = 0; done < round.length;) {
+      const { bytesWritten } = await handle.write(round, done, round.length - done);
+      done += bytesWritten;
+    }
     if (dsync === undefined) await handle.datasync();
     // A new file's records count only once its directory entry is durable: once per file.
     // Not cached across a failure: the next file after one is new anyway.
     if (fresh) await syncDirectory(this.dir);
-    if (this.handleGeneration === this.generationNumber) this.charsWritten += text.length;
+    if (this.handleGeneration === this.generationNumber) this.bytesWritten += round.length;
   }
+}
+
+const hash = 0x23; // '#', which starts a round's header; a record line starts with '{'.
+const newline = 0x0a;
+const roundHeader = /^#(\d{1,10}) ([0-9a-f]{8})$/;
+
+/// The records of a file of framed rounds (see `WriteAheadLog`).
+function readRounds(bytes: Buffer, path: string): LogRecord[] {
+  const records: LogRecord[] = [];
+  let at = 0;
+  while (at < bytes.length) {
+    const damaged = (what: string, cause?: unknown): TypeError =>
+      new TypeError(`corrupt write-ahead log in ${path} at byte ${at}: ${what}`, { cause });
+    const end = bytes.indexOf(newline, at);
+    // A header cut short: the last write never completed.
+    if (end === -1) break;
+    const header = roundHeader.exec(bytes.toString('latin1', at, end));
+    if (!header) throw damaged('not a round header');
+    const length = Number(header[1]);
+    const start = end + 1;
+    // A round cut short: the same.
+    if (start + length > bytes.length) break;
+    const body = bytes.subarray(start, start + length);
+    if (crc32(body) !== parseInt(header[2]!, 16)) throw damaged('checksum mismatch');
+    if (length === 0 || body[length - 1] !== newline) throw damaged('round not made of lines');
+    const text = body.toString('utf8');
+    try {
+      for (const record of parseLines(text, text.length, parseRecord, 'write-ahead log', path))
+        records.push(record);
+    } catch (error) {
+      throw damaged('a record does not parse', error);
+    }
+    at = start + length;
+  }
+  return records;
 }
 
 function parseRecord(raw: unknown): LogRecord {

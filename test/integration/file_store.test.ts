@@ -285,6 +285,68 @@ describe('FileStore write-ahead log', () => {
     await second.close();
   });
 
+  it('frames each log round with its length and checksum: a round cut short is dropped, a changed one stops the open', async () => {
+    const dir = await dataDir();
+    const writer = new FileStore({ dataDir: dir, checkpointMs: 60_000 });
+    await writer.append('framed', appendOf(history, epoch, 0, 2));
+    await writer.append('framed', appendOf(history, epoch, 2, 3));
+    // What the store writes: one framed round per commit, nothing checkpointed yet.
+    const [written] = await filesEndingWith(dir, '.wal');
+    const bytes = await readFile(written!);
+    assert.equal(String.fromCharCode(bytes[0]!), '#');
+    const rounds = WriteAheadLog.recover(dir).records.map((record) => record.entry.baseVersion);
+    assert.deepEqual(rounds, [0, 2]);
+    await writer.close();
+
+    // A crash's log: two whole rounds and a third cut short, in its body or in its header.
+    // None of the third was acknowledged (its write never returned), so none of it replays.
+    const whole = Buffer.concat([
+      WriteAheadLog.round(logLine('framed', 3, 4)),
+      WriteAheadLog.round(logLine('framed', 4, 5) + logLine('other', 1, 2)),
+    ]);
+    const third = WriteAheadLog.round(logLine('framed', 5, 6));
+    for (const cut of [third.length - 1, third.indexOf('\n') - 1, third.indexOf('\n') + 3]) {
+      const copy = await dataDir();
+      const reopened = new FileStore({ dataDir: copy });
+      await reopened.append('framed', appendOf(history, epoch, 0, 3));
+      await reopened.append('other', appendOf(history, epoch, 0, 1));
+      await reopened.close();
+      await writeFile(WriteAheadLog.path(copy, 5), Buffer.concat([whole, third.subarray(0, cut)]));
+      const logger = recorder();
+      const store = new FileStore({ dataDir: copy, logger });
+      assert.match(logger.messages.join('\n'), /replayed the write-ahead log.*"entries":3/);
+      assert.equal((await store.load('framed'))?.version, 5, `cut at ${cut}`);
+      assert.ok(reconstruct((await store.load('framed'))!).eq(history.docs[5]!));
+      assert.equal((await store.load('other'))?.version, 2);
+      await store.close();
+    }
+
+    // One digit of a step changed (say, a bit flipped on the disk): the line still parses, and
+    // without the checksum replay would put a step nobody made into the document.
+    const round = WriteAheadLog.round(logLine('framed', 3, 4));
+    const text = round.toString('latin1');
+    const digit = text.indexOf('"from":') + '"from":'.length;
+    const changed = Buffer.from(text, 'latin1');
+    changed[digit] = changed[digit] === 0x31 ? 0x32 : 0x31;
+    assert.doesNotThrow(() => JSON.parse(changed.toString('utf8', changed.indexOf('\n') + 1)));
+    await writeFile(WriteAheadLog.path(dir, 9), Buffer.concat([changed, third]));
+    assert.throws(
+      () => new FileStore({ dataDir: dir }),
+      /corrupt write-ahead log in .*log\.00000009\.wal at byte 0: checksum mismatch/,
+    );
+    // A header that is not one, before a whole round: refused too, naming where.
+    await writeFile(WriteAheadLog.path(dir, 9), Buffer.concat([round, Buffer.from('#x\n'), third]));
+    assert.throws(
+      () => new FileStore({ dataDir: dir }),
+      new RegExp(`at byte ${round.length}: not a round header`),
+    );
+    // Taken out, the directory opens with what it held.
+    await rm(WriteAheadLog.path(dir, 9));
+    const store = new FileStore({ dataDir: dir });
+    assert.equal((await store.load('framed'))?.version, 3);
+    await store.close();
+  });
+
   it('supersedes on replay every record made on top of a failed round, not only the one at its version', async () => {
     const dir = await dataDir();
     const first = new FileStore({ dataDir: dir });
