@@ -13,15 +13,10 @@ import {
 } from 'node:fs';
 import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import { crc32 } from 'node:zlib';
 import { docIdPattern } from '../../schema/index.js';
 import { DirectoryLock } from './directory_lock.js';
-import {
-  entriesAfter,
-  entryEnd,
-  parseJournalEntry,
-  parseLines,
-  parseSnapshot,
-} from './journal_entry.js';
+import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
 import {
   WriteAheadLog,
   syncDirectory,
@@ -69,7 +64,7 @@ export interface FileStoreOptions {
 
 /// The state file of a document, written atomically: which journal generation is current,
 /// and the newest snapshot.
-interface StateFile {
+export interface StateFile {
   docId: string;
   epoch: string;
   generation: number;
@@ -476,7 +471,7 @@ export class FileStore implements Store {
       );
     let state: StateFile;
     try {
-      state = parseState(JSON.parse(await readFile(doc.statePath, 'utf8')));
+      state = parseStateText(await readFile(doc.statePath, 'utf8'), doc.statePath);
     } catch (error) {
       if (errorCode(error) !== 'ENOENT') throw error;
       doc.known = true;
@@ -494,7 +489,7 @@ export class FileStore implements Store {
       if (entry.end <= fileVersion) continue;
       if (entry.baseVersion !== version)
         throw new TypeError(`logged entries of ${doc.docId} do not follow its journal`);
-      journal.push(parseJournalEntry(JSON.parse(entry.line)));
+      journal.push(...parseJournalText(entry.line, entry.line.length, 'the write-ahead log'));
       logged.push(entry);
       version = entry.end;
     }
@@ -598,7 +593,7 @@ export class FileStore implements Store {
     const docId = doc.docId;
     let state: StateFile;
     try {
-      state = parseState(JSON.parse(readFileSync(doc.statePath, 'utf8')));
+      state = parseStateText(readFileSync(doc.statePath, 'utf8'), doc.statePath);
     } catch (error) {
       // An I/O error is not damage: the open fails, and a later one may succeed.
       const code = errorCode(error);
@@ -624,7 +619,7 @@ export class FileStore implements Store {
     const journal = this.readJournalSync(path);
     let version = journalEnd(docId, snapshotVersion, journal);
     let lines = '';
-    for (const entry of journal) lines += JSON.stringify(entry) + '\n';
+    for (const entry of journal) lines += journalLine(JSON.stringify(entry));
     let count = 0;
     for (const entry of kept) {
       // Already in the journal: a checkpoint wrote it before the crash.
@@ -634,7 +629,7 @@ export class FileStore implements Store {
           `the write-ahead log of ${docId} holds steps at ${entry.baseVersion}, ` +
             `but its journal ends at ${version}`,
         );
-      lines += JSON.stringify(entry) + '\n';
+      lines += journalLine(JSON.stringify(entry));
       version = entryEnd(entry);
       count++;
     }
@@ -648,7 +643,7 @@ export class FileStore implements Store {
     rmSync(doc.journalPath(generation), { force: true });
     writeDurablySync(doc.journalPath(generation), lines, 'w');
     const temp = doc.statePath + '.tmp';
-    writeDurablySync(temp, JSON.stringify({ ...state, generation }), 'w');
+    writeDurablySync(temp, stateText({ ...state, generation }), 'w');
     renameSync(temp, doc.statePath);
     syncDirectorySync(doc.dir);
     rmSync(path, { force: true });
@@ -714,7 +709,11 @@ export class FileStore implements Store {
         clientIDs: request.clientIDs,
       };
       const json = JSON.stringify(entry);
-      logged.push({ baseVersion: request.baseVersion, end: entryEnd(entry), line: json + '\n' });
+      logged.push({
+        baseVersion: request.baseVersion,
+        end: entryEnd(entry),
+        line: journalLine(json),
+      });
       records += WriteAheadLog.line(doc.docId, epoch, json);
       version = entryEnd(entry);
       accepted.push({ pending, version });
@@ -839,7 +838,7 @@ export class FileStore implements Store {
     const stored = await this.read(doc);
     if (stored) {
       let lines = '';
-      for (const entry of stored.journal) lines += JSON.stringify(entry) + '\n';
+      for (const entry of stored.journal) lines += journalLine(JSON.stringify(entry));
       await this.writeGeneration(doc, stored.snapshot, lines);
     } else {
       doc.suspect = false;
@@ -908,7 +907,7 @@ export class FileStore implements Store {
     if (doc.version > snapshot.version) {
       const journal = await this.readJournal(doc.journalPath(doc.generation));
       for (const entry of journal)
-        if (entryEnd(entry) > snapshot.version) lines += JSON.stringify(entry) + '\n';
+        if (entryEnd(entry) > snapshot.version) lines += journalLine(JSON.stringify(entry));
       // The journal file holds what the checkpoints moved there; the rest is in the log.
       for (const entry of doc.logged) if (entry.end > snapshot.version) lines += entry.line;
     }
@@ -920,7 +919,7 @@ export class FileStore implements Store {
   private async writeState(doc: DocFiles, state: StateFile): Promise<void> {
     await this.ensureDir(doc.dir);
     const temp = doc.statePath + '.tmp';
-    await this.writeDocFile(doc, temp, 'w', JSON.stringify(state));
+    await this.writeDocFile(doc, temp, 'w', stateText(state));
     try {
       await rename(temp, doc.statePath);
       await syncDirectory(doc.dir);
@@ -986,9 +985,38 @@ function writeDurablySync(path: string, text: string, flag: 'w' | 'a'): void {
   }
 }
 
+/// One line of a document's journal file: the entry's JSON after its CRC-32, so that a change
+/// on the disk that still parses (a flipped digit in a step) is found when the journal is read
+/// rather than replayed into the document as a step nobody made.
+function journalLine(json: string): string {
+  return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
+}
+
+const checksum = /^[0-9a-f]{8} $/;
+
 /// The entries of a journal file's text up to `complete` (the end of its last whole line).
+/// Lines written before journals carried checksums (they start with '{') are read as they are.
 function parseJournalText(text: string, complete: number, path: string): JournalEntry[] {
-  return parseLines(text, complete, parseJournalEntry, 'journal', path);
+  const entries: JournalEntry[] = [];
+  for (let start = 0; start < complete;) {
+    const end = text.indexOf('\n', start);
+    let json: string;
+    if (text.charCodeAt(start) === 0x7b) {
+      json = text.slice(start, end);
+    } else {
+      json = text.slice(start + 9, end);
+      const prefix = text.slice(start, start + 9);
+      if (!checksum.test(prefix) || crc32(json) !== parseInt(prefix, 16))
+        throw new TypeError(`corrupt journal line in ${path}: checksum mismatch`);
+    }
+    try {
+      entries.push(parseJournalEntry(JSON.parse(json)));
+    } catch (error) {
+      throw new TypeError(`corrupt journal line in ${path}`, { cause: error });
+    }
+    start = end + 1;
+  }
+  return entries;
 }
 
 /// The version a journal ends at, after a snapshot at `snapshotVersion` (-1: none). Entries
@@ -1003,6 +1031,24 @@ function journalEnd(docId: string, snapshotVersion: number, journal: JournalEntr
     version = entryEnd(entry);
   }
   return version;
+}
+
+/// A state file's text: its JSON after its CRC-32, like a journal line (the snapshot in it is a
+/// whole document that a changed digit would otherwise alter unseen).
+function stateText(state: StateFile): string {
+  const json = JSON.stringify(state);
+  return `${crc32(json).toString(16).padStart(8, '0')} ${json}`;
+}
+
+/// Reads a state file's text; one written before state files carried a checksum is plain JSON.
+export function parseStateText(text: string, path: string): StateFile {
+  let json = text;
+  if (text.charCodeAt(0) !== 0x7b) {
+    json = text.slice(9);
+    if (!checksum.test(text.slice(0, 9)) || crc32(json) !== parseInt(text, 16))
+      throw new TypeError(`corrupt state file ${path}: checksum mismatch`);
+  }
+  return parseState(JSON.parse(json));
 }
 
 function parseState(raw: unknown): StateFile {

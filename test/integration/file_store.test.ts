@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, describe, it } from 'node:test';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore, parseStateText } from '../../server/stores/file_store.js';
 import { StoreUnavailableError } from '../../server/stores/store.js';
 import { WriteAheadLog } from '../../server/stores/write_ahead_log.js';
 import { releaseWriter, wedge } from '../support/fifo.js';
@@ -108,6 +108,75 @@ describe('FileStore', () => {
     // Damaged, not unavailable: retrying cannot help, and the server quarantines it.
     await assert.rejects(reopened.load('corrupt'), { name: 'TypeError' });
     await reopened.close();
+  });
+
+  it('checksums every journal line: a changed one is refused, lines written without one still load', async () => {
+    const dir = await dataDir();
+    const store = new FileStore({ dataDir: dir });
+    await store.append('summed', appendOf(history, epoch, 0, 2));
+    await store.append('summed', appendOf(history, epoch, 2, 3));
+    await store.close();
+    const [journal] = await filesEndingWith(dir, '.journal');
+    const text = await readFile(journal!, 'utf8');
+    const lines = text.trimEnd().split('\n');
+    assert.equal(lines.length, 2);
+    for (const line of lines) assert.match(line, /^[0-9a-f]{8} \{"baseVersion":/);
+
+    // One digit of a step changed on the disk: the line still parses, so only the checksum
+    // tells, and loading it would otherwise serve a step nobody made.
+    const at = text.indexOf('"from":') + '"from":'.length;
+    const changed = text.slice(0, at) + (text[at] === '1' ? '2' : '1') + text.slice(at + 1);
+    await writeFile(journal!, changed);
+    const reopened = new FileStore({ dataDir: dir });
+    await assert.rejects(reopened.load('summed'), {
+      name: 'TypeError',
+      message: /corrupt journal line in .*: checksum mismatch/,
+    });
+    await reopened.close();
+
+    // Journals written before lines carried checksums load as they did.
+    await writeFile(journal!, lines.map((line) => line.slice(9)).join('\n') + '\n');
+    const legacy = new FileStore({ dataDir: dir });
+    const stored = (await legacy.load('summed'))!;
+    assert.equal(stored.version, 3);
+    assert.ok(reconstruct(stored).eq(history.docs[3]!));
+    // New entries go after them with checksums, and the mixed file loads.
+    await legacy.append('summed', appendOf(history, epoch, 3, 4));
+    await legacy.close();
+    const mixed = new FileStore({ dataDir: dir });
+    assert.ok(reconstruct((await mixed.load('summed'))!).eq(history.docs[4]!));
+    await mixed.close();
+    assert.match(await readFile(journal!, 'utf8'), /\n[0-9a-f]{8} \{"baseVersion":3,/);
+  });
+
+  it('checksums the state file and the snapshot in it; one written without a checksum still loads', async () => {
+    const dir = await dataDir();
+    const store = new FileStore({ dataDir: dir });
+    await store.append('snap', appendOf(history, epoch, 0, 4));
+    assert.deepEqual(await store.snapshot('snap', snapshotOf(history, epoch, 4)), { ok: true });
+    await store.close();
+    const [state] = await filesEndingWith(dir, '.state.json');
+    const text = await readFile(state!, 'utf8');
+    assert.match(text, /^[0-9a-f]{8} \{"docId":"snap"/);
+    assert.equal(parseStateText(text, state!).snapshot?.version, 4);
+
+    // A letter of the snapshot's text changed: still JSON, still a document, not the one saved.
+    const at = text.indexOf('"text":"') + '"text":"'.length;
+    await writeFile(
+      state!,
+      text.slice(0, at) + (text[at] === 'a' ? 'b' : 'a') + text.slice(at + 1),
+    );
+    const reopened = new FileStore({ dataDir: dir });
+    await assert.rejects(reopened.load('snap'), {
+      name: 'TypeError',
+      message: /corrupt state file .*: checksum mismatch/,
+    });
+    await reopened.close();
+
+    await writeFile(state!, text.slice(9));
+    const legacy = new FileStore({ dataDir: dir });
+    assert.ok(reconstruct((await legacy.load('snap'))!).eq(history.docs[4]!));
+    await legacy.close();
   });
 
   it('ignores a journal generation left by a crash before its snapshot was recorded', async () => {
@@ -265,7 +334,7 @@ describe('FileStore write-ahead log', () => {
     // already held may have been in the page cache only.
     assert.deepEqual(await filesEndingWith(dir, '.0.journal'), []);
     const [state] = await filesEndingWith(dir, '.state.json');
-    assert.equal(JSON.parse(await readFile(state!, 'utf8')).generation, 1);
+    assert.equal(parseStateText(await readFile(state!, 'utf8'), state!).generation, 1);
     const stored = (await second.load('replay'))!;
     assert.deepEqual(
       stored.journal.map((entry) => [entry.baseVersion, entry.steps.length, entry.clientIDs[0]]),
@@ -456,7 +525,7 @@ describe('FileStore write-ahead log', () => {
     const [rewritten] = await filesEndingWith(dir, '.1.journal');
     assert.equal((await readFile(rewritten!, 'utf8')).split('\n').length - 1, 2);
     const [state] = await filesEndingWith(dir, '.state.json');
-    assert.equal(JSON.parse(await readFile(state!, 'utf8')).generation, 1);
+    assert.equal(parseStateText(await readFile(state!, 'utf8'), state!).generation, 1);
     await store.close();
     const reopened = new FileStore({ dataDir: dir });
     const stored = (await reopened.load('sus'))!;

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
 import { lockFileName } from '../../server/stores/directory_lock.js';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore, parseStateText } from '../../server/stores/file_store.js';
 import { Random, editRandomly, openEditor } from '../support/editors.js';
 import { wedge } from '../support/fifo.js';
 import { runServerProcess, startServerProcess, type ServerProcess } from '../support/process.js';
@@ -96,7 +96,7 @@ describe('operations: lock, shutdown (server child processes, file store)', () =
       // Nothing snapshotted yet: the shutdown has both documents to save.
       for (const docId of ['wedged', 'fine']) {
         const state = await fileOf(dir, docId, '.state.json');
-        assert.equal(JSON.parse(await readFile(state, 'utf8')).snapshot, null);
+        assert.equal(parseStateText(await readFile(state, 'utf8'), state).snapshot, null);
       }
       // The snapshot of 'wedged' opens its next journal generation first: that open hangs.
       await wedge(
