@@ -124,6 +124,11 @@ export class CollabClient {
   private staleTimer: ReturnType<typeof setTimeout> | null = null;
   private retryTimer: ReturnType<typeof setTimeout> | null = null;
   private retryDelayMs = 0;
+  /// Reconnections for a fresh token, and evictions by the server, since the last accepted
+  /// batch: each waits longer than the one before (`backoff`).
+  private tokenRetries = 0;
+  private evictions = 0;
+  private lastEvictionAt = 0;
   private closingNotice: ClosingNotice | null = null;
   private closed = false;
   private readonly readyWaiters: { resolve: () => void; reject: (err: Error) => void }[] = [];
@@ -258,6 +263,9 @@ export class CollabClient {
   private applySync(answer: Extract<SyncAnswer, { ok: true }>, dropLocal = false): void {
     const epochChanged = this.epoch !== null && this.epoch !== answer.epoch;
     this.epoch = answer.epoch;
+    // A new history: what was acknowledged in the old one says nothing about this one, where
+    // the server's document (durable, since it serves it) is all that is acknowledged.
+    if (epochChanged) this.acknowledgedVersion = answer.version;
     if ('doc' in answer) {
       this.reload(Node.fromJSON(this.schema, answer.doc), answer.version, dropLocal, epochChanged);
     } else {
@@ -337,17 +345,21 @@ export class CollabClient {
       if (clientIDs[start] === this.clientID && !matchesUnconfirmed(state, steps, start, end)) {
         // The server rebased our batch and got other steps than our own rebase did:
         // prosemirror-collab would take ours as confirmed and silently diverge.
-        state = this.reconcile(state, run, confirmed, base + end);
+        this.reconcile(state, run, confirmed, base + end);
+        // `onState` (in reconcile) may have dispatched a local edit on top: go on from there.
+        state = this.state!;
         confirmed = this.confirmedDoc!;
       } else {
         const tr = receiveTransaction(state, run, clientIDs.slice(start, end), {
           mapSelectionBackward: true,
         });
-        state = state.apply(tr);
-        this.state = state;
+        this.state = state.apply(tr);
         for (let i = 0; i < run.length; i++) confirmed = run[i]!.apply(confirmed).doc!;
         this.confirmedDoc = confirmed;
-        this.options.onState?.(state, tr);
+        this.options.onState?.(this.state, tr);
+        // A view or plugin may dispatch from `onState` (`dispatch` applies it to `this.state`):
+        // the next run goes on top of that, not of the state before it.
+        state = this.state;
       }
       start = end;
     }
@@ -429,6 +441,8 @@ export class CollabClient {
     this.inFlight = false;
     if (answer.ok) {
       this.retryDelayMs = 0;
+      this.tokenRetries = 0;
+      this.evictions = 0;
       this.batchLimit *= 2;
       if (answer.version > this.acknowledgedVersion) this.acknowledgedVersion = answer.version;
       if (this.options.onAcknowledged) {
@@ -472,11 +486,15 @@ export class CollabClient {
       case 'unauthorized':
         // The token expired while connected. With a way to get a fresh one, reconnect (the
         // handshake asks for it) and send the unconfirmed steps again; they are kept.
+        // The first time at once; again and again (a handshake that keeps admitting a token
+        // the batch check refuses) with a growing delay, since every round trip is a new
+        // handshake and join for the server. Only an accepted batch resets it.
         if (typeof this.options.token === 'function') {
+          const delay = this.backoff(this.tokenRetries++);
           this.retryTimer = setTimeout(() => {
             this.retryTimer = null;
             this.reconnectNow();
-          }, 0);
+          }, delay);
           return;
         }
         // A fixed token cannot be renewed here: stop, keeping the state and its unconfirmed
@@ -551,7 +569,12 @@ export class CollabClient {
         this.fail(errorBody(notice.code, notice.message));
         return;
       }
-      const hint = notice?.retryAfterMs ?? 1000;
+      // Evictions that keep coming (a document whose room fails again on every load) wait
+      // longer each time; one after a quiet spell of a minute starts over.
+      const now = Date.now();
+      if (now - this.lastEvictionAt > 60_000) this.evictions = 0;
+      this.lastEvictionAt = now;
+      const hint = Math.max(notice?.retryAfterMs ?? 1000, this.backoff(this.evictions++));
       this.retryTimer = setTimeout(
         () => {
           this.retryTimer = null;
@@ -560,9 +583,19 @@ export class CollabClient {
         },
         hint + Math.random() * Math.max(hint, 250),
       );
-    } else {
+    } else if (reason !== 'io client disconnect') {
+      // Our own `reconnectNow` counted it already.
       this.reconnects++;
     }
+  }
+
+  /// The delay before the `attempt`th retry of a kind (0: at once), doubling from the
+  /// reconnection delay up to its bound, with the configured jitter.
+  private backoff(attempt: number): number {
+    if (attempt === 0) return 0;
+    const base = this.options.reconnectDelayMs ?? 500;
+    const delay = Math.min(base * 2 ** (attempt - 1), this.options.reconnectDelayMaxMs ?? 10_000);
+    return delay * (1 + (Math.random() - 0.5) * (this.options.reconnectJitter ?? 0.5));
   }
 
   private onConnectError(err: Error & { data?: unknown }): void {

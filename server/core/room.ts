@@ -403,14 +403,21 @@ export class Room {
         }
       }
     }
-    this.store
-      .append(this.docId, {
+    let appended: ReturnType<Store['append']>;
+    try {
+      appended = this.store.append(this.docId, {
         epoch: this.epoch,
         baseVersion,
         steps,
         clientIDs,
         ...(this.lease ? { lease: this.lease.token } : {}),
-      })
+      });
+    } catch (err) {
+      // A store (a host's own) that throws instead of rejecting: the group left `pending`
+      // above, so `fail` would not answer it. Handled as the failed append it is.
+      appended = Promise.reject(err);
+    }
+    appended
       .then(
         (outcome) => {
           if (outcome.ok) this.publish(group, steps, clientIDs);

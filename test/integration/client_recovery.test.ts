@@ -1,0 +1,203 @@
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, it } from 'node:test';
+import { pino } from 'pino';
+import { Server } from 'socket.io';
+import { CollabClient } from '../../client/index.js';
+import { createCollab, MemoryStore, type Authenticate } from '../../server/index.js';
+import type { AppendOutcome, AppendRequest } from '../../server/stores/store.js';
+import { openEditor } from '../support/editors.js';
+import { startServer } from '../support/server.js';
+import { delay, waitFor } from '../support/wait.js';
+
+// How the client library recovers when the server keeps refusing or sending it away, and what
+// it does with edits made from inside its own callbacks. Real server, real sockets.
+
+function typeAtEnd(editor: CollabClient, text: string): void {
+  const state = editor.state!;
+  editor.dispatch(state.tr.insertText(text, state.doc.firstChild!.nodeSize - 1));
+}
+
+/// A store that reports a conflict (another writer extended the document) for every batch
+/// holding "poison": the room reloads and sends all its editors away, every time.
+class ConflictingStore extends MemoryStore {
+  override append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
+    if (JSON.stringify(request.steps).includes('poison'))
+      return Promise.resolve({
+        ok: false,
+        reason: 'conflict',
+        version: request.baseVersion,
+        epoch: request.epoch,
+      });
+    return super.append(docId, request);
+  }
+}
+
+/// A store whose `append` throws instead of rejecting (a host's own store with a bug).
+class ThrowingStore extends MemoryStore {
+  override append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
+    if (JSON.stringify(request.steps).includes('poison')) throw new Error('a bug in the store');
+    return super.append(docId, request);
+  }
+}
+
+describe('client recovery', () => {
+  it('keeps an edit dispatched from onState while a broadcast of several runs is applied', async () => {
+    // A long flush interval so that three editors' batches go out in one broadcast.
+    const server = await startServer({ flushIntervalMs: 300, flushUsPerSocket: 1_000_000 });
+    let armed = false;
+    let a: CollabClient | null = null;
+    a = openEditor(server.url, 'reentry', {
+      clientID: 'a',
+      // A plugin view reacting to a remote change by dispatching, synchronously.
+      onState: (_state, tr) => {
+        if (armed && tr && tr.getMeta('rebased') !== undefined) {
+          armed = false;
+          typeAtEnd(a!, 'Q');
+        }
+      },
+    });
+    const b = openEditor(server.url, 'reentry', { clientID: 'b' });
+    const c = openEditor(server.url, 'reentry', { clientID: 'c' });
+    const editors = [a, b, c];
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      await waitFor(() => editors.every((e) => e.status === 'synced'), 'joined');
+      typeAtEnd(b, '0');
+      await delay(20);
+      typeAtEnd(a, 'A');
+      await delay(5);
+      typeAtEnd(b, 'B');
+      await delay(5);
+      typeAtEnd(c, 'C');
+      armed = true;
+      await waitFor(
+        () => !armed && editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+        'settled',
+        10_000,
+      );
+      await waitFor(() => editors.every((e) => e.state!.doc.eq(a.state!.doc)), 'converged', 10_000);
+      assert.match(a.state!.doc.textContent, /Q/);
+      assert.match(b.state!.doc.textContent, /Q/);
+    } finally {
+      for (const editor of editors) editor.close();
+      await server.close();
+    }
+  });
+
+  it('backs off when the server sends its editors away again and again', async () => {
+    const server = await startServer({}, new ConflictingStore());
+    const a = openEditor(server.url, 'evicted', { clientID: 'a', reconnectDelayMs: 200 });
+    const b = openEditor(server.url, 'evicted', { clientID: 'b', reconnectDelayMs: 200 });
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      await waitFor(() => a.status === 'synced' && b.status === 'synced', 'joined');
+      typeAtEnd(a, 'poison');
+      // Every attempt of a's batch reloads the room and sends both away. With 200, 400,
+      // 800, 1600 ms (and jitter) between evictions, b comes back at most ~6 times in 4 s;
+      // without backoff it came back within 0–250 ms, 15–20 times.
+      await delay(4000);
+      assert.ok(b.reconnects >= 2, `b reconnected ${b.reconnects} times: not sent away at all`);
+      assert.ok(b.reconnects <= 8, `b reconnected ${b.reconnects} times in 4 s`);
+    } finally {
+      a.close();
+      b.close();
+      await server.close();
+    }
+  });
+
+  it('refuses with unavailable, and keeps serving, a batch whose store append throws', async () => {
+    const server = await startServer({}, new ThrowingStore());
+    const a = openEditor(server.url, 'throwing', { clientID: 'a', reconnectDelayMs: 100 });
+    const b = openEditor(server.url, 'throwing', { clientID: 'b' });
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      await waitFor(() => a.status === 'synced' && b.status === 'synced', 'joined');
+      typeAtEnd(a, 'poison');
+      await waitFor(() => (a.refusals['unavailable'] ?? 0) >= 2, 'the batch refused, retried');
+      // The room did not fail: b was not sent away and its edits go through.
+      typeAtEnd(b, 'fine');
+      await waitFor(() => !b.hasUnconfirmed && a.state!.doc.textContent.includes('fine'), 'b');
+      assert.equal(b.reconnects, 0);
+    } finally {
+      a.close();
+      b.close();
+      await server.close();
+    }
+  });
+
+  it('reconnects for a fresh token with a growing delay, counting each reconnection once', async () => {
+    let handshakes = 0;
+    // A host that verifies with a clock tolerance and passes the token's own expiry: the
+    // handshake passes while every batch is refused as expired.
+    const authenticate: Authenticate = () => {
+      handshakes++;
+      return { user: 'u', access: 'write', expiresAt: Date.now() - 1000 };
+    };
+    const collab = createCollab({
+      store: new MemoryStore(),
+      authenticate,
+      logger: pino({ level: 'silent' }),
+      limits: { batchesPerSecond: 0, pullsPerSecond: 0 },
+    });
+    const http = createServer();
+    const io = new Server(http, collab.socketOptions);
+    collab.attach(io);
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+    const editor = new CollabClient({
+      url,
+      docId: 'expired',
+      token: () => 'fresh',
+      reconnectDelayMs: 200,
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      const before = handshakes;
+      typeAtEnd(editor, 'x');
+      await delay(2500);
+      const reconnections = handshakes - before;
+      // At once, then after ~200, 400, 800 ms: a handful, not hundreds.
+      assert.ok(reconnections >= 2, `${reconnections} reconnections: the refusal was not acted on`);
+      assert.ok(reconnections <= 6, `${reconnections} reconnections in 2.5 s`);
+      assert.equal(editor.reconnects, reconnections);
+      assert.ok((editor.refusals['unauthorized'] ?? 0) >= reconnections - 1);
+      // The edit is kept, waiting for a token the server takes.
+      assert.ok(editor.hasUnconfirmed);
+    } finally {
+      editor.close();
+      await collab.close();
+      await new Promise<void>((resolve) => io.close(() => resolve()));
+    }
+  });
+
+  it('resets the acknowledged version when the server answers with a new history', async () => {
+    let server = await startServer();
+    const port = server.port;
+    const reloads: { reason: string }[] = [];
+    const editor = openEditor(server.url, 'epoch', {
+      clientID: 'e',
+      onReload: (info) => reloads.push(info),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      for (const letter of 'abcde') {
+        typeAtEnd(editor, letter);
+        await editor.settled();
+      }
+      assert.equal(editor.acknowledgedVersion, 5);
+      // The memory store is gone with the server: the new one starts a new history.
+      await server.close();
+      server = await startServer({ port });
+      await waitFor(() => editor.status === 'synced' && reloads.length === 1, 'reloaded', 10_000);
+      assert.match(reloads[0]!.reason, /history was reset/);
+      typeAtEnd(editor, 'z');
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'confirmed');
+      assert.equal(editor.acknowledgedVersion, editor.version);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+});
