@@ -110,6 +110,9 @@ export class CollabClient {
   private lastOwnRunEnd = -1;
   /// How many steps the last batch sent had: the first this-many unconfirmed steps are it.
   private sentCount = 0;
+  /// How many steps the batch in flight had when its connection dropped (0: none was): its
+  /// fate is unknown until the next join says whether the server has it.
+  private lostCount = 0;
   /// The most steps one batch may carry. A batch refused as `too-large` (over the server's
   /// time budget, say, after a pause of its own) is sent again in halves, down to one step; a
   /// step refused on its own is one the server will never take. Doubles back after each
@@ -266,17 +269,43 @@ export class CollabClient {
     // A new history: what was acknowledged in the old one says nothing about this one, where
     // the server's document (durable, since it serves it) is all that is acknowledged.
     if (epochChanged) this.acknowledgedVersion = answer.version;
+    // Our own steps seen confirmed so far belong to the old history after a reset.
+    if (epochChanged) this.lastOwnRunEnd = -1;
     if ('doc' in answer) {
-      this.reload(Node.fromJSON(this.schema, answer.doc), answer.version, dropLocal, epochChanged);
+      // A batch lost in flight is in this document when the server's last batch of ours ends
+      // after the last one we saw confirmed (one batch is in flight at a time).
+      const landed =
+        answer.acceptedThrough !== undefined && answer.acceptedThrough > this.lastOwnRunEnd
+          ? this.lostCount
+          : 0;
+      if (answer.acceptedThrough !== undefined)
+        this.lastOwnRunEnd = Math.max(this.lastOwnRunEnd, answer.acceptedThrough);
+      this.lostCount = 0;
+      this.reload(
+        Node.fromJSON(this.schema, answer.doc),
+        answer.version,
+        dropLocal,
+        epochChanged,
+        landed,
+      );
     } else {
+      // The steps since our version: a lost batch that landed is among them, as ours.
+      this.lostCount = 0;
       this.receive(answer.version, answer.steps, answer.clientIDs);
     }
   }
 
   /// Replaces the state with the server's document. Unconfirmed local steps are re-applied on
   /// top when they still fit (unless `dropLocal`), so an offline editor loses as little as
-  /// possible; the rest are reported through `onReload`.
-  private reload(doc: Node, version: number, dropLocal: boolean, epochChanged: boolean): void {
+  /// possible; the rest are reported through `onReload`. The first `landed` of them are
+  /// already in `doc` (a batch whose acknowledgement was lost) and are not applied again.
+  private reload(
+    doc: Node,
+    version: number,
+    dropLocal: boolean,
+    epochChanged: boolean,
+    landed = 0,
+  ): void {
     this.options.beforeRemote?.();
     const previous = this.state;
     const local = previous && !dropLocal ? sendableSteps(previous) : null;
@@ -290,8 +319,8 @@ export class CollabClient {
     let dropped = 0;
     if (local) {
       const tr = state.tr;
-      for (const step of local.steps) {
-        if (!fits(tr, step)) dropped++;
+      for (let i = landed; i < local.steps.length; i++) {
+        if (!fits(tr, local.steps[i]!)) dropped++;
       }
       if (tr.docChanged) state = state.apply(tr);
     } else if (previous && dropLocal) {
@@ -555,6 +584,7 @@ export class CollabClient {
 
   private onDisconnect(reason: Socket.DisconnectReason): void {
     this.joined = false;
+    if (this.inFlight) this.lostCount = this.sentCount;
     this.inFlight = false;
     this.generation++;
     this.clearTimers();

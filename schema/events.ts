@@ -57,6 +57,11 @@ export interface DocAnswer {
   epoch: string;
   version: number;
   doc: DocJSON;
+  /// The version after the last batch of the asking connection's client id that `doc`
+  /// contains, when the server knows of one. A client whose batch was in flight when its
+  /// connection dropped compares it with the end of its last batch it saw confirmed: greater
+  /// means the lost batch is in `doc`, and re-applying it would apply it twice.
+  acceptedThrough?: number;
 }
 
 /// Every step after the requested version, up to `version`.

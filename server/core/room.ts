@@ -75,6 +75,11 @@ export interface RoomOptions {
   schemaVersion: number;
 }
 
+/// How many editors' last versions a snapshot keeps (`Snapshot.clients`): the most recent. An
+/// editor away while more than this many others edited the document is not told whether its
+/// lost batch landed (it re-applies it, as before the ledger existed).
+export const ledgerSize = 1000;
+
 /// A batch accepted by the authority and waiting to be journaled, acknowledged and broadcast.
 interface PendingBatch {
   ack: (answer: StepsAnswer) => void;
@@ -143,6 +148,8 @@ export class Room {
   /// snapshot that needs the whole document (`docJSONVersion` says which version it is).
   private docJSON: DocJSON | null = null;
   private docJSONVersion = -1;
+  /// Per client id, the version after its last published batch (see `Snapshot.clients`).
+  private readonly ledger: Map<string, number>;
 
   constructor(
     docId: string,
@@ -157,6 +164,8 @@ export class Room {
       options: RoomOptions;
       hooks?: RoomHooks;
       now?: () => number;
+      /// The ledger as the stored document left it (snapshot and journal).
+      clients?: ReadonlyMap<string, number>;
     },
   ) {
     this.docId = docId;
@@ -172,13 +181,15 @@ export class Room {
     this.log = deps.log;
     this.options = deps.options;
     this.now = deps.now ?? Date.now;
+    this.ledger = new Map(deps.clients ?? []);
     this.lastSnapshotAt = this.now();
     if (this.publishedVersion > this.snapshotVersion) this.armSnapshotTimer();
   }
 
   /// The answer to `join` and `pull`: the steps since the client's version when the history
-  /// still holds them all (and the epoch matches), otherwise the whole published document.
-  sync(request: SyncRequest): SyncAnswer {
+  /// still holds them all (and the epoch matches), otherwise the whole published document,
+  /// with how far it holds the batches of `clientID` (the asking connection's).
+  sync(request: SyncRequest, clientID?: string): SyncAnswer {
     if (this.state !== 'open') return { ok: false, ...errorBody('unavailable') };
     const { version, epoch } = request;
     if (version !== undefined && (epoch === undefined || epoch === this.epoch)) {
@@ -193,11 +204,13 @@ export class Room {
         };
       }
     }
+    const acceptedThrough = clientID === undefined ? undefined : this.ledger.get(clientID);
     return {
       ok: true,
       epoch: this.epoch,
       version: this.publishedVersion,
       doc: this.publishedJSON(),
+      ...(acceptedThrough === undefined ? {} : { acceptedThrough }),
     };
   }
 
@@ -305,6 +318,7 @@ export class Room {
           epoch: this.epoch,
           schemaVersion: this.options.schemaVersion,
           savedAt: Date.now(),
+          clients: this.recentClients(),
         },
         this.lease?.token,
       )
@@ -442,6 +456,7 @@ export class Room {
     this.transport.broadcast(this.docId, { version: last.version, steps, clientIDs });
     for (let i = 0; i < group.length; i++) {
       const batch = group[i]!;
+      this.ledger.set(batch.clientID, batch.version);
       batch.ack({ ok: true, version: batch.version });
       if (this.observer) {
         this.observer.record(
@@ -468,6 +483,7 @@ export class Room {
       }
     }
     this.flushing = false;
+    if (this.ledger.size > 2 * ledgerSize) this.trimLedger();
     if (this.publishedVersion - this.snapshotVersion >= this.options.snapshotEverySteps) {
       void this.snapshot();
     } else if (this.snapshotTimer === null && !this.snapshotting) {
@@ -563,6 +579,19 @@ export class Room {
       const now = performance.now();
       this.observer.record(this.docId, code, steps, received, now, NaN, now);
     }
+  }
+
+  /// The ledger's `ledgerSize` most recent entries, for a snapshot.
+  private recentClients(): Record<string, number> {
+    if (this.ledger.size > ledgerSize) this.trimLedger();
+    return Object.fromEntries(this.ledger);
+  }
+
+  /// Keeps the `ledgerSize` clients whose last batch is the most recent.
+  private trimLedger(): void {
+    const kept = [...this.ledger].sort((a, b) => b[1] - a[1]).slice(0, ledgerSize);
+    this.ledger.clear();
+    for (const [clientID, end] of kept) this.ledger.set(clientID, end);
   }
 
   private armSnapshotTimer(): void {

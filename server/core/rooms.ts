@@ -511,6 +511,10 @@ export class Rooms {
       doc = this.emptyDoc();
     }
     const authority = new Authority(doc, version, this.options);
+    // Each client's last batch in the document: the snapshot's, then the journal's after it.
+    const clients = new Map<string, number>(
+      snapshot?.clients ? Object.entries(snapshot.clients) : [],
+    );
     for (const entry of stored.journal) {
       const end = entry.baseVersion + entry.steps.length;
       if (end <= authority.version) continue;
@@ -555,6 +559,8 @@ export class Rooms {
         }
         current = result.doc;
       }
+      for (let i = skip; i < entry.clientIDs.length; i++)
+        clients.set(entry.clientIDs[i]!, entry.baseVersion + i + 1);
       authority.remember(steps, entry.clientIDs.slice(skip), current);
     }
     // A journal written before the depth limit existed can nest a document past it by wraps
@@ -572,7 +578,7 @@ export class Rooms {
         `journal ends at ${authority.version}, the store says ${stored.version}`,
       );
     }
-    return this.makeRoom(docId, stored.epoch, authority, version);
+    return this.makeRoom(docId, stored.epoch, authority, version, clients);
   }
 
   private makeRoom(
@@ -580,8 +586,10 @@ export class Rooms {
     epoch: string,
     authority: Authority,
     snapshotVersion: number,
+    clients?: ReadonlyMap<string, number>,
   ): Room {
     const room = new Room(docId, epoch, authority, snapshotVersion, {
+      ...(clients ? { clients } : {}),
       store: this.store,
       transport: this.transport,
       observer: this.observer,

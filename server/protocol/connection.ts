@@ -390,7 +390,7 @@ function answerSync(
   ack: (answer: SyncAnswer) => void,
   maxBytes: number,
 ): void {
-  ack(room.sync(request));
+  ack(room.sync(request, socket.data.clientID));
   dropIfSlow(socket, maxBytes);
 }
 

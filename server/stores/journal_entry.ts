@@ -35,7 +35,7 @@ export function parseJournalEntry(raw: unknown): JournalEntry {
 /// `TypeError` when the value is not shaped like a snapshot.
 export function parseSnapshot(raw: unknown): Snapshot {
   if (typeof raw !== 'object' || raw === null) throw new TypeError('snapshot: not an object');
-  const { doc, version, epoch, schemaVersion, savedAt } = raw as Record<string, unknown>;
+  const { doc, version, epoch, schemaVersion, savedAt, clients } = raw as Record<string, unknown>;
   if (typeof doc !== 'object' || doc === null || typeof (doc as DocJSON).type !== 'string')
     throw new TypeError('snapshot: bad doc');
   if (!Number.isSafeInteger(version) || (version as number) < 0)
@@ -43,13 +43,23 @@ export function parseSnapshot(raw: unknown): Snapshot {
   if (typeof epoch !== 'string') throw new TypeError('snapshot: bad epoch');
   if (!Number.isSafeInteger(schemaVersion)) throw new TypeError('snapshot: bad schemaVersion');
   if (typeof savedAt !== 'number') throw new TypeError('snapshot: bad savedAt');
-  return {
+  const snapshot: Snapshot = {
     doc: doc as DocJSON,
     version: version as number,
     epoch,
     schemaVersion: schemaVersion as number,
     savedAt,
   };
+  if (clients !== undefined) {
+    if (typeof clients !== 'object' || clients === null || Array.isArray(clients))
+      throw new TypeError('snapshot: bad clients');
+    for (const end of Object.values(clients)) {
+      if (!Number.isSafeInteger(end) || (end as number) < 0 || (end as number) > snapshot.version)
+        throw new TypeError('snapshot: bad clients');
+    }
+    snapshot.clients = clients as Record<string, number>;
+  }
+  return snapshot;
 }
 
 /// Parses the whole lines of `text` (those before `complete`, the end of its last whole line)

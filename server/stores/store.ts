@@ -11,6 +11,11 @@ export interface Snapshot {
   schemaVersion: number;
   /// Milliseconds since the Unix epoch.
   savedAt: number;
+  /// For the most recent editors (by client id), the version after the last batch of theirs
+  /// in this document, up to `version`: what lets an editor whose acknowledgement was lost
+  /// learn, from a whole-document answer, that its batch is in it (`DocAnswer.acceptedThrough`).
+  /// Absent in snapshots written before it existed.
+  clients?: Record<string, number>;
 }
 
 /// One group-committed run of accepted steps: the steps that one flush of a room appended,

@@ -42,6 +42,21 @@ class ThrowingStore extends MemoryStore {
   }
 }
 
+/// A store that fails, once, the first append holding `marker`.
+class FailingOnceStore extends MemoryStore {
+  private failed = false;
+  constructor(private readonly marker: string) {
+    super();
+  }
+  override append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
+    if (!this.failed && JSON.stringify(request.steps).includes(this.marker)) {
+      this.failed = true;
+      return Promise.reject(new Error('the disk said no'));
+    }
+    return super.append(docId, request);
+  }
+}
+
 describe('client recovery', () => {
   it('keeps an edit dispatched from onState while a broadcast of several runs is applied', async () => {
     // A long flush interval so that three editors' batches go out in one broadcast.
@@ -82,6 +97,104 @@ describe('client recovery', () => {
       assert.match(b.state!.doc.textContent, /Q/);
     } finally {
       for (const editor of editors) editor.close();
+      await server.close();
+    }
+  });
+
+  it('applies a batch once when its acknowledgement was lost and the catch-up is a whole document (room unloaded)', async () => {
+    // The room unloads (snapshot written, history gone) while the editor is away.
+    const server = await startServer({ idleUnloadMs: 50 });
+    const reloads: { dropped: number }[] = [];
+    const editor = openEditor(server.url, 'lost-ack', {
+      clientID: 'lost-ack-1',
+      reconnectDelayMs: 1500,
+      reconnectDelayMaxMs: 1500,
+      reconnectJitter: 0,
+      onReload: (info) => reloads.push(info),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      typeAtEnd(editor, 'W');
+      await editor.settled();
+      typeAtEnd(editor, 'X');
+      // The batch goes out, then the transport closes before its broadcast and ack come back.
+      editor.socket.io.engine.close();
+      await waitFor(() => editor.reconnects >= 1 && reloads.length === 1, 'reloaded', 10_000);
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'settled');
+      const stored = (await (await fetch(`${server.url}/docs/lost-ack`)).json()) as {
+        version: number;
+      };
+      assert.equal(editor.state!.doc.textContent, 'WX');
+      assert.equal(stored.version, 2);
+      assert.equal(editor.version, 2);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
+  it('applies a batch once when its acknowledgement was lost and others trimmed the history meanwhile', async () => {
+    const server = await startServer({ maxHistorySteps: 20 });
+    const a = openEditor(server.url, 'trimmed', {
+      clientID: 'a',
+      reconnectDelayMs: 1500,
+      reconnectDelayMaxMs: 1500,
+      reconnectJitter: 0,
+    });
+    const b = openEditor(server.url, 'trimmed', { clientID: 'b' });
+    try {
+      await Promise.all([a.ready(), b.ready()]);
+      await waitFor(() => a.status === 'synced' && b.status === 'synced', 'joined');
+      typeAtEnd(a, 'X');
+      a.socket.io.engine.close();
+      for (let i = 0; i < 40; i++) {
+        typeAtEnd(b, 'b');
+        await delay(5);
+      }
+      await waitFor(
+        () =>
+          a.reconnects >= 1 &&
+          a.status === 'synced' &&
+          !a.hasUnconfirmed &&
+          !b.hasUnconfirmed &&
+          a.version === b.version,
+        'converged',
+        10_000,
+      );
+      assert.equal(a.state!.doc.textContent, b.state!.doc.textContent);
+      assert.equal(a.state!.doc.textContent.match(/X/g)?.length, 1);
+    } finally {
+      a.close();
+      b.close();
+      await server.close();
+    }
+  });
+
+  it('sends a batch again when its connection dropped before the server took it, catching up by whole document', async () => {
+    // The append of the batch holding "Y" fails (the server never accepts it); the room
+    // unloads meanwhile, so the editor catches up by whole document.
+    const server = await startServer({ idleUnloadMs: 50 }, new FailingOnceStore('Y'));
+    const editor = openEditor(server.url, 'not-landed', {
+      clientID: 'not-landed-1',
+      reconnectDelayMs: 1500,
+      reconnectDelayMaxMs: 1500,
+      reconnectJitter: 0,
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      typeAtEnd(editor, 'X');
+      await editor.settled();
+      typeAtEnd(editor, 'Y');
+      editor.socket.io.engine.close();
+      await waitFor(() => editor.reconnects >= 1, 'reconnected', 10_000);
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'settled');
+      assert.equal(editor.state!.doc.textContent, 'XY');
+      const stored = (await (await fetch(`${server.url}/docs/not-landed`)).json()) as {
+        version: number;
+      };
+      assert.equal(stored.version, 2);
+    } finally {
+      editor.close();
       await server.close();
     }
   });

@@ -131,12 +131,17 @@ for (const implementation of implementations) {
       await store.append(docId, appendOf(history, epoch, 0, 2));
       await store.append(docId, appendOf(history, epoch, 2, 5));
       await store.append(docId, appendOf(history, epoch, 5, 6));
-      assert.deepEqual(await store.snapshot(docId, snapshotOf(history, epoch, 5)), { ok: true });
+      // With the ledger of each editor's last batch, which the store keeps as it is.
+      const clients = { 'client-a': 5, 'client-b': 2 };
+      assert.deepEqual(await store.snapshot(docId, { ...snapshotOf(history, epoch, 5), clients }), {
+        ok: true,
+      });
       const stored = await store.load(docId);
       assert.ok(stored);
       assert.equal(stored.version, 6);
       assert.equal(stored.snapshot?.version, 5);
       assert.deepEqual(stored.snapshot?.doc, history.docs[5]!.toJSON());
+      assert.deepEqual(stored.snapshot?.clients, clients);
       assert.deepEqual(stored.journal, [
         { baseVersion: 5, steps: history.steps.slice(5, 6), clientIDs: ['client-a'] },
       ]);
