@@ -9,6 +9,7 @@ import {
   isErrorCode,
   rebaseSteps,
   schema as builtInSchema,
+  type BatchLimits,
   type ClientToServerEvents,
   type ClosingNotice,
   type ErrorBody,
@@ -51,6 +52,10 @@ export interface CollabClientOptions {
   reconnectJitter?: number;
   /// After a `stale` answer, how long to wait for the broadcast before asking with `pull`.
   staleWaitMs?: number;
+  /// The most bytes of steps' JSON one batch carries: a long offline backlog goes out in
+  /// batches of this size. Default: 90% of the message size the server's join answer gives
+  /// (`limits`), or 32 KiB from a server that gives none.
+  maxBatchBytes?: number;
   /// Passed to socket.io-client (transports, a custom `parser`, timeouts).
   socketOptions?: Partial<ManagerOptions & SocketOptions>;
   /// Called after every state change, local or remote, with the transaction that made it
@@ -118,6 +123,8 @@ export class CollabClient {
   /// step refused on its own is one the server will never take. Doubles back after each
   /// accepted batch.
   private batchLimit = Infinity;
+  /// What the server's last join answer said one message may hold.
+  private limits: BatchLimits | null = null;
   /// The document at the confirmed version (what the server holds at `version`), kept so that
   /// a batch the server rebased differently from us can be reconciled on the spot.
   private confirmedDoc: Node | null = null;
@@ -240,6 +247,7 @@ export class CollabClient {
       }
       this.joined = true;
       this.retryDelayMs = 0;
+      if (answer.limits) this.limits = answer.limits;
       this.applySync(answer);
       for (const waiter of this.readyWaiters.splice(0)) waiter.resolve();
       this.trySend();
@@ -453,16 +461,47 @@ export class CollabClient {
       this.refreshStatus();
       return;
     }
+    const steps = this.nextBatch(sendable.steps);
+    if (steps === null) {
+      // One step bigger than the server takes in a message: sending it could only close the
+      // connection (over twice the limit) or be refused; neither would ever change.
+      this.handleRefusal(
+        errorBody('too-large', 'A local step is larger than the server takes'),
+        () => {},
+        true,
+      );
+      return;
+    }
     this.inFlight = true;
     const generation = this.generation;
-    const steps: StepJSON[] = new Array(Math.min(sendable.steps.length, this.batchLimit));
-    for (let i = 0; i < steps.length; i++) steps[i] = sendable.steps[i]!.toJSON() as StepJSON;
     this.inFlightSteps = steps;
     this.sentCount = steps.length;
     this.socket.emit('steps', { version: sendable.version, steps }, (answer) =>
       this.onStepsAnswer(answer, generation),
     );
     this.refreshStatus();
+  }
+
+  /// The JSON of the next batch: the first unconfirmed steps, as many as `batchLimit` and the
+  /// server's limits allow (always one at least), or null when the first alone is over the
+  /// server's message size.
+  private nextBatch(unconfirmed: readonly Step[]): StepJSON[] | null {
+    const limits = this.limits;
+    const maxSteps = Math.min(this.batchLimit, limits?.maxStepsPerBatch ?? Infinity);
+    const maxBytes =
+      this.options.maxBatchBytes ??
+      (limits ? Math.floor(limits.maxMessageBytes * 0.9) : defaultMaxBatchBytes);
+    const steps: StepJSON[] = [];
+    let bytes = 0;
+    for (let i = 0; i < unconfirmed.length && steps.length < maxSteps; i++) {
+      const json = unconfirmed[i]!.toJSON() as StepJSON;
+      const size = utf8Length(JSON.stringify(json)) + 1;
+      if (steps.length > 0 && bytes + size > maxBytes) break;
+      if (steps.length === 0 && limits && size > limits.maxMessageBytes) return null;
+      steps.push(json);
+      bytes += size;
+    }
+    return steps;
   }
 
   private onStepsAnswer(answer: StepsAnswer, generation: number): void {
@@ -584,7 +623,13 @@ export class CollabClient {
 
   private onDisconnect(reason: Socket.DisconnectReason): void {
     this.joined = false;
-    if (this.inFlight) this.lostCount = this.sentCount;
+    if (this.inFlight) {
+      this.lostCount = this.sentCount;
+      // A server closes a connection whose message is far over its limit instead of answering
+      // it: whatever the reason, the next try of that batch goes in halves.
+      if (reason === 'transport close' || reason === 'transport error')
+        this.batchLimit = Math.max(1, Math.floor(this.sentCount / 2));
+    }
     this.inFlight = false;
     this.generation++;
     this.clearTimers();
@@ -697,6 +742,20 @@ function matchesUnconfirmed(
     if (JSON.stringify(unconfirmed[i - start]!.toJSON()) !== JSON.stringify(steps[i])) return false;
   }
   return true;
+}
+
+/// What a batch may hold when the server does not say (its default message limit is 64 KiB).
+const defaultMaxBatchBytes = 32 * 1024;
+
+/// The bytes of `text` in UTF-8.
+function utf8Length(text: string): number {
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    // A surrogate pair counts 6 for its 4 bytes: an overestimate, on the safe side.
+    if (code >= 0x80) bytes += code < 0x800 ? 1 : 2;
+  }
+  return bytes;
 }
 
 /// A client id that is unique enough for one document's editors, without `crypto.randomUUID`

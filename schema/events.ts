@@ -51,6 +51,14 @@ export interface SyncRequest {
   epoch?: string;
 }
 
+/// What one `steps` message may hold on this server, sent with every answer to `join` so that a
+/// client sizes its batches to fit: a message whose JSON is over `maxMessageBytes` is refused
+/// `too-large`, and one over twice that closes the connection before it can be answered.
+export interface BatchLimits {
+  maxMessageBytes: number;
+  maxStepsPerBatch: number;
+}
+
 /// The whole document at `version`.
 export interface DocAnswer {
   ok: true;
@@ -62,6 +70,8 @@ export interface DocAnswer {
   /// connection dropped compares it with the end of its last batch it saw confirmed: greater
   /// means the lost batch is in `doc`, and re-applying it would apply it twice.
   acceptedThrough?: number;
+  /// Sent with answers to `join`.
+  limits?: BatchLimits;
 }
 
 /// Every step after the requested version, up to `version`.
@@ -71,6 +81,8 @@ export interface StepsSinceAnswer {
   version: number;
   steps: StepJSON[];
   clientIDs: string[];
+  /// Sent with answers to `join`.
+  limits?: BatchLimits;
 }
 
 export type SyncAnswer = DocAnswer | StepsSinceAnswer | ErrorAnswer;

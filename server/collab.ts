@@ -257,6 +257,10 @@ export function createCollab(options: CollabOptions = {}): Collab {
           pullsBurst: config.pullsBurst,
           maxProtocolErrors: config.maxProtocolErrors,
           maxSocketBufferBytes: config.maxSocketBufferBytes,
+          batchLimits: {
+            maxMessageBytes: config.maxMessageBytes,
+            maxStepsPerBatch: config.maxStepsPerBatch,
+          },
           authenticate: options.authenticate ?? null,
         }),
       );

@@ -3,6 +3,7 @@ import {
   clientIdPattern,
   docIdPattern,
   errorBody,
+  type BatchLimits,
   type ErrorAnswer,
   type ErrorCode,
   type StepsAnswer,
@@ -36,6 +37,8 @@ export interface ProtocolOptions {
   pullsBurst: number;
   maxProtocolErrors: number;
   maxSocketBufferBytes: number;
+  /// Told to every client in its `join` answers, to size its batches by.
+  batchLimits: Readonly<BatchLimits>;
   /// The host's check of each connection; null: open mode, anyone may read and write.
   authenticate: Authenticate | null;
 }
@@ -229,6 +232,9 @@ export function attachProtocol(
       guarded(socket, 'join', log, (...args: unknown[]) => {
         const ack = takeAck(socket, 'join', args);
         if (!ack) return strike(socket);
+        // A join's answers tell the client how big its batches may be.
+        const answer = (sync: SyncAnswer): void =>
+          ack(sync.ok ? { ...sync, limits: options.batchLimits } : sync);
         const request = parseSyncRequest(args[0]);
         if (typeof request === 'string') {
           strike(socket);
@@ -237,7 +243,13 @@ export function attachProtocol(
         const limited = overRate(socket.data.pulls);
         if (limited) return ack(limited);
         if (socket.data.room)
-          return answerSync(socket, socket.data.room, request, ack, options.maxSocketBufferBytes);
+          return answerSync(
+            socket,
+            socket.data.room,
+            request,
+            answer,
+            options.maxSocketBufferBytes,
+          );
         const address = socket.data.address;
         rooms
           .get(socket.data.docId, () => admission.mayCreate(address))
@@ -250,7 +262,7 @@ export function attachProtocol(
                   socket,
                   socket.data.room,
                   request,
-                  ack,
+                  answer,
                   options.maxSocketBufferBytes,
                 );
               if (!room || room.state !== 'open') return ack(refusal('unavailable'));
@@ -259,7 +271,7 @@ export function attachProtocol(
               void socket.join(room.docId);
               socket.data.room = room;
               rooms.attach(room);
-              answerSync(socket, room, request, ack, options.maxSocketBufferBytes);
+              answerSync(socket, room, request, answer, options.maxSocketBufferBytes);
             },
             (err: unknown) => {
               const code = loadFailureCode(err);

@@ -199,6 +199,63 @@ describe('client recovery', () => {
     }
   });
 
+  it('sends a long offline backlog in batches the server takes', async () => {
+    for (const [maxMessageBytes, keystrokes] of [
+      [64 * 1024, 1800],
+      [4096, 300],
+    ] as const) {
+      const server = await startServer({ maxMessageBytes });
+      const editor = openEditor(server.url, 'backlog', { clientID: 'backlog-1' });
+      try {
+        await waitFor(() => editor.status === 'synced', 'joined');
+        editor.socket.disconnect();
+        await waitFor(() => editor.status === 'offline', 'offline');
+        // One step per keystroke: ~150 KB of steps for 1,800, over twice the default limit,
+        // which used to close the connection on every try, for ever.
+        for (let i = 0; i < keystrokes; i++) typeAtEnd(editor, 'a');
+        editor.socket.connect();
+        await waitFor(
+          () => editor.status === 'synced' && !editor.hasUnconfirmed,
+          `${keystrokes} steps confirmed under a ${maxMessageBytes}-byte limit`,
+          20_000,
+        );
+        assert.equal(editor.version, keystrokes);
+        // Never dropped for size; a batch over the server's time budget is refused
+        // `too-large` and goes again in halves, which is how that budget is meant to work.
+        assert.equal(editor.reconnects, 0);
+        assert.equal(editor.error, null);
+      } finally {
+        editor.close();
+        await server.close();
+      }
+    }
+  });
+
+  it('does not send a step larger than the server takes; it reloads and says so', async () => {
+    const server = await startServer({ maxMessageBytes: 4096 });
+    const reloads: { dropped: number; reason: string }[] = [];
+    const editor = openEditor(server.url, 'huge-step', {
+      clientID: 'huge-1',
+      onReload: (info) => reloads.push(info),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      typeAtEnd(editor, 'x'.repeat(10_000));
+      await waitFor(() => reloads.length === 1, 'reloaded');
+      assert.deepEqual(reloads[0], { dropped: 1, reason: 'the server refused local steps' });
+      assert.equal(editor.error?.code, 'too-large');
+      assert.equal(editor.state!.doc.textContent, '');
+      assert.equal(editor.reconnects, 0);
+      // Still connected and editing.
+      typeAtEnd(editor, 'ok');
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'confirmed');
+      assert.equal(editor.state!.doc.textContent, 'ok');
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
   it('backs off when the server sends its editors away again and again', async () => {
     const server = await startServer({}, new ConflictingStore());
     const a = openEditor(server.url, 'evicted', { clientID: 'a', reconnectDelayMs: 200 });

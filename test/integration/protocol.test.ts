@@ -45,10 +45,19 @@ describe('protocol', () => {
         epoch: 'another-history',
       });
       assert.ok(otherEpoch.ok && 'doc' in otherEpoch, 'another epoch gets the whole document');
+      // b has no batch in it; a's ends at 1 (what a client whose ack was lost compares).
+      assert.equal(otherEpoch.acceptedThrough, undefined);
+      const ofA = await ask<SyncAnswer>(a, 'pull', {});
+      assert.ok(ofA.ok && 'doc' in ofA);
+      assert.equal(ofA.acceptedThrough, 1);
       const ahead = await ask<SyncAnswer>(b, 'pull', { version: 50, epoch });
       assert.ok(ahead.ok && 'doc' in ahead, 'a version beyond the history gets the whole document');
+      // A join's answer carries the limits a batch must keep to; a pull's does not.
+      assert.deepEqual(first.limits, { maxMessageBytes: 64 * 1024, maxStepsPerBatch: 1000 });
+      const { limits, ...withoutLimits } = bySteps;
+      assert.deepEqual(limits, first.limits);
       const pulled = await ask<SyncAnswer>(b, 'pull', { version: 0, epoch });
-      assert.deepEqual(pulled, bySteps);
+      assert.deepEqual(pulled, withoutLimits);
     } finally {
       a.close();
       b.close();
