@@ -9,7 +9,8 @@ export type BindViewOptions = Omit<CollabClientOptions, 'schema' | 'plugins'>;
 /// plugins) to a Scriptorium server. The client takes the view's schema and plugins, and from
 /// then on owns the state: the view draws the client's state, and its transactions go to the
 /// client (which applies them, sends their steps, and rebases them over remote ones). Until the
-/// document is loaded the view is read-only: there is nothing to edit yet.
+/// document is loaded the view is read-only: there is nothing to edit yet; with `readOnly` it
+/// stays so.
 ///
 /// Before remote steps are drawn, the binding has the view read any input still pending in the
 /// DOM (its DOM observer's flush; prosemirror-view does that only on its next mutation or
@@ -39,7 +40,9 @@ export function bindView(view: EditorView, options: BindViewOptions): CollabClie
       // Before the first join there is no state to apply it to; the view is not editable then.
       if (client.state) client.dispatch(tr);
     },
-    editable: () => client.state !== null && client.status !== 'failed',
+    // An observer (`readOnly`) never sends: an edit made in its view would sit unconfirmed
+    // for ever, so its view is never editable.
+    editable: () => client.state !== null && client.status !== 'failed' && !options.readOnly,
   });
   return client;
 }

@@ -361,6 +361,9 @@ export class Room {
   fail(err: unknown): void {
     if (this.state === 'closed') return;
     this.failed = true;
+    // A throw while publishing leaves the flag set, and a closed room never flushes again:
+    // `whenIdle` (shutdown, a hand-over, making space) would wait on it for ever.
+    this.flushing = false;
     this.log.error(
       { doc: this.docId, version: this.publishedVersion, err },
       'room failed; dropping it so its editors reload the document from the store',
@@ -516,6 +519,9 @@ export class Room {
     // This copy is behind the store. Its sockets rejoin and load the stored document, which
     // answers them with the missing steps (or the whole document).
     this.leave('stale', 'The document changed elsewhere: rejoin');
+    // `leave` settles only a room it closes itself; this one may have closed while the
+    // append was in flight, and its waiters were held by the flag cleared above.
+    this.settleIdle();
   }
 
   /// The store refused an append because the lease is gone (expired while this process was
@@ -527,6 +533,7 @@ export class Room {
     this.flushing = false;
     this.refuseAll(refused, 'moved', this.publishedVersion);
     this.moved('the store refused an append: the lease is gone');
+    this.settleIdle();
   }
 
   /// Stops serving because another process owns the document now (the lease was lost, or

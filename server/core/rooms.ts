@@ -126,9 +126,21 @@ export class Rooms {
   private readonly options: RoomsOptions;
   private readonly leases: LeaseOptions | null;
   private renewTimer: NodeJS.Timeout | null = null;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
   private renewing = false;
-  /// False while lease renewals fail (the store cannot be reached): `/readyz` reports it.
-  leasesHealthy = true;
+  private heartbeating = false;
+  /// Documents this process handed to another lately, and until when (ms, `performance.now()`)
+  /// it will not take them back: editors a gateway still sends here for a moment (nginx counts
+  /// a recovered node healthy only once a request to it completes, and a websocket never does)
+  /// would otherwise have it take the document straight back, and become its home.
+  private readonly handedOver = new Map<string, number>();
+  /// False while lease renewals or this node's heartbeats fail (the store cannot be reached):
+  /// `/readyz` reports it.
+  get leasesHealthy(): boolean {
+    return this.renewalsHealthy && this.heartbeatHealthy;
+  }
+  private renewalsHealthy = true;
+  private heartbeatHealthy = true;
   private closing = false;
 
   constructor(deps: {
@@ -154,6 +166,11 @@ export class Rooms {
       // Three renewals per lease time: one lost answer does not lose the lease.
       this.renewTimer = setInterval(() => void this.renewLeases(), this.leases.ttlMs / 3);
       this.renewTimer.unref();
+      // The node's liveness on a timer of its own: a slow renewal round (many documents, a
+      // slow reply) must not let it lapse, which would tell the others this node restarted.
+      this.heartbeatTimer = setInterval(() => void this.heartbeat(), this.leases.ttlMs / 3);
+      this.heartbeatTimer.unref();
+      void this.heartbeat();
     }
   }
 
@@ -242,6 +259,8 @@ export class Rooms {
   closeAll(): Room[] {
     if (this.renewTimer) clearInterval(this.renewTimer);
     this.renewTimer = null;
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = null;
     for (const timer of this.unloadTimers.values()) clearTimeout(timer);
     this.unloadTimers.clear();
     const closed = [...this.rooms.values()];
@@ -390,6 +409,16 @@ export class Rooms {
   /// usually one renewal).
   private async acquire(docId: string, claim: boolean): Promise<Lease> {
     const { store, holder, ttlMs } = this.leases!;
+    const until = this.handedOver.get(docId);
+    if (until !== undefined) {
+      const left = until - performance.now();
+      if (left > 0) {
+        throw new CodedError('moved', 'This document was handed to another node a moment ago', {
+          retryAfterMs: Math.min(Math.ceil(left), Math.ceil(ttlMs / 3)) + 100,
+        });
+      }
+      this.handedOver.delete(docId);
+    }
     const outcome = await store.acquire(docId, holder, ttlMs);
     if (outcome.ok) return outcome.lease;
     if (claim) await store.requestHandover(docId, holder, 2 * ttlMs);
@@ -406,13 +435,10 @@ export class Rooms {
     if (this.renewing || this.closing || !this.leases) return;
     this.renewing = true;
     const { store, holder, ttlMs } = this.leases;
+    const now = performance.now();
+    for (const [docId, until] of this.handedOver) if (until <= now) this.handedOver.delete(docId);
     let healthy = true;
     try {
-      // Alive for two renewal periods: gone a third of a lease time before this node's leases
-      // expire, so that whoever takes them over knows their home is down.
-      await store.heartbeat(holder.split('/')[0]!, Math.round((2 * ttlMs) / 3)).catch(() => {
-        healthy = false;
-      });
       await Promise.all(
         [...this.rooms.values()].map(async (room) => {
           if (!room.lease || room.state !== 'open' || this.evicting.has(room)) return;
@@ -431,13 +457,34 @@ export class Rooms {
           room.leaseRenewedAt = performance.now();
           if (outcome === 'lost') room.moved('the lease was lost');
           else if (outcome === 'wanted' && performance.now() - room.leasedAt >= ttlMs) {
-            await this.handOver(room);
+            // Not awaited: a hand-over waits for the room's append in flight, and the next
+            // renewal round must not wait for it (`evicting` keeps the room out meanwhile).
+            this.handOver(room).catch((err: unknown) =>
+              this.log.warn({ doc: room.docId, err }, 'hand-over failed; the lease will expire'),
+            );
           }
         }),
       );
     } finally {
-      this.leasesHealthy = healthy;
+      this.renewalsHealthy = healthy;
       this.renewing = false;
+    }
+  }
+
+  /// Renews this node's liveness key: alive for two renewal periods, so that it is gone a third
+  /// of a lease time before this node's leases expire, and whoever takes them over knows their
+  /// home is down. A failure shows in `/readyz` (`leasesHealthy`).
+  private async heartbeat(): Promise<void> {
+    if (this.heartbeating || this.closing || !this.leases) return;
+    this.heartbeating = true;
+    const { store, holder, ttlMs } = this.leases;
+    try {
+      await store.heartbeat(holder.split('/')[0]!, Math.round((2 * ttlMs) / 3));
+      this.heartbeatHealthy = true;
+    } catch {
+      this.heartbeatHealthy = false;
+    } finally {
+      this.heartbeating = false;
     }
   }
 
@@ -450,6 +497,7 @@ export class Rooms {
       await room.whenIdle();
       await room.snapshot();
       room.moved('handed over to the process that asked for it');
+      this.handedOver.set(room.docId, performance.now() + 2 * this.leases!.ttlMs);
       await this.releaseLease(room);
     } finally {
       this.evicting.delete(room);
@@ -468,8 +516,15 @@ export class Rooms {
     }
   }
 
-  /// Frees every lease held, for shutdown (after `flushAll` and `closeAll`).
+  /// Frees every lease held, for shutdown (after `flushAll` and `closeAll`). This node's
+  /// liveness key goes first: a node taking a document over while the key still said this one
+  /// was alive would become the document's home, and it would never come back here.
   async releaseAll(rooms: readonly Room[]): Promise<void> {
+    if (this.leases) {
+      await this.leases.store.depart(this.leases.holder.split('/')[0]!).catch((err: unknown) => {
+        this.log.warn({ err }, 'could not mark this node as gone; its leases expire as usual');
+      });
+    }
     await Promise.all(rooms.map((room) => this.releaseLease(room)));
   }
 

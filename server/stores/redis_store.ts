@@ -382,6 +382,9 @@ export class RedisStore implements Store {
     heartbeat: async (node, ttlMs) => {
       await this.run(scripts.heartbeat, [], [this.nodeKeyPrefix + node, String(ttlMs)]);
     },
+    depart: async (node) => {
+      await this.command(['DEL', this.nodeKeyPrefix + node]);
+    },
     requestHandover: async (docId, holder, ttlMs) => {
       const keys = docKeys(this.keyPrefix, docId);
       await this.command(['SET', keys.wanted, holder, 'PX', String(ttlMs)]);

@@ -95,6 +95,9 @@ export interface LeaseStore {
   /// Says node `node` is alive for `ttlMs` more. A node serving a document while its home node
   /// was down sees `wanted` once that node has been alive a while, and hands it back.
   heartbeat(node: string, ttlMs: number): Promise<void>;
+  /// Says node `node` is gone (a graceful shutdown, before its leases are released): a node
+  /// taking its documents over stands in for it rather than becoming their home.
+  depart(node: string): Promise<void>;
 }
 
 /// Persistence for documents: a snapshot plus a write-ahead journal of steps. Implementations

@@ -25,14 +25,14 @@ describe('the Tiptap example in a browser', () => {
     await example?.close();
   });
 
-  async function open(docId: string): Promise<Page> {
+  async function open(docId: string, query = ''): Promise<Page> {
     const context = await browser.newContext({ viewport: { width: 900, height: 700 } });
     context.setDefaultTimeout(10_000);
     const page = await context.newPage();
     page.on('pageerror', (err) => {
       throw new Error(`the page threw: ${err.message}`);
     });
-    await page.goto(`${example.url}/?doc=${docId}`);
+    await page.goto(`${example.url}/?doc=${docId}${query}`);
     await synced(page);
     return page;
   }
@@ -109,5 +109,22 @@ describe('the Tiptap example in a browser', () => {
     }
     await first.context().close();
     await second.context().close();
+  });
+  it('a read-only page follows the edits and cannot make any', async () => {
+    const writer = await open('tiptap-observed');
+    const reader = await open('tiptap-observed', '&readonly=1');
+    assert.equal(await reader.evaluate(() => window.__example!.editor.view.editable), false);
+    await writer.click('.tiptap');
+    await writer.keyboard.type('Seen by all');
+    await reader.waitForFunction(() => window.__example!.editor.getText() === 'Seen by all');
+    // Typing into the observer's page changes nothing, there or anywhere.
+    await reader.click('.tiptap');
+    await reader.keyboard.type('never sent');
+    await synced(reader);
+    assert.equal(await reader.evaluate(() => window.__example!.editor.getText()), 'Seen by all');
+    assert.equal(await reader.evaluate(() => window.__example!.client.hasUnconfirmed), false);
+    assert.equal(await writer.evaluate(() => window.__example!.editor.getText()), 'Seen by all');
+    await writer.context().close();
+    await reader.context().close();
   });
 });

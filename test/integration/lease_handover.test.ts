@@ -1,0 +1,162 @@
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { pino } from 'pino';
+import { createClient } from 'redis';
+import { schema, schemaVersion, type StepsAnswer } from '../../schema/index.js';
+import { loadConfig } from '../../server/config.js';
+import type { Room, RoomTransport } from '../../server/core/room.js';
+import { Rooms } from '../../server/core/rooms.js';
+import { docKeys } from '../../server/stores/redis_keys.js';
+import { RedisStore } from '../../server/stores/redis_store.js';
+import type { AppendOutcome, AppendRequest, Store } from '../../server/stores/store.js';
+import { deleteRedisKeys, redisForTests } from '../support/store_fixtures.js';
+import { delay, waitFor } from '../support/wait.js';
+
+// How documents change hands between processes on a real Redis, with the rooms of two
+// "processes" in this one: a room closed while its append is in flight still settles (a
+// hand-over waits on it), a process that handed a document over does not take it straight
+// back, and a process shutting down says so before releasing its leases, so that whoever
+// stands in for it gives its documents back when it returns.
+
+const { redisUrl, keyPrefix } = redisForTests();
+const ttlMs = 600;
+const log = pino({ level: 'silent' });
+const stores: RedisStore[] = [];
+
+after(async () => {
+  for (const store of stores) await store.close();
+  await deleteRedisKeys(redisUrl, keyPrefix);
+});
+
+async function redisStore(): Promise<RedisStore> {
+  const store = new RedisStore({ url: redisUrl, keyPrefix });
+  await store.ready();
+  stores.push(store);
+  return store;
+}
+
+/// The rooms of one process (`holder` is `<node>/<instance>`) on `store`.
+function roomsOf(store: Store & Pick<RedisStore, 'leases'>, holder: string): Rooms {
+  const config = loadConfig({ host: '127.0.0.1', port: 0 });
+  const transport: RoomTransport = { broadcast() {}, evict() {} };
+  return new Rooms({
+    store,
+    schema,
+    transport,
+    observer: null,
+    log,
+    options: { ...config, schemaVersion },
+    leases: { store: store.leases, holder, ttlMs },
+  });
+}
+
+/// Types `text` at the start of `room`'s document as `clientID`; resolves with the answer.
+function send(room: Room, clientID: string, text = 'a'): Promise<StepsAnswer> {
+  return new Promise((resolve) => {
+    const { version } = room.current();
+    const step = {
+      stepType: 'replace',
+      from: 1,
+      to: 1,
+      slice: { content: [{ type: 'text', text }] },
+    };
+    room.receive(version, [step], clientID, resolve, performance.now());
+  });
+}
+
+async function redisGet(key: string): Promise<string | null> {
+  const client = createClient({ url: redisUrl });
+  await client.connect();
+  try {
+    return await client.get(key);
+  } finally {
+    await client.quit();
+  }
+}
+
+describe('documents changing hands', () => {
+  it('settles a room closed while its append is in flight, which then comes back refused', async () => {
+    const real = await redisStore();
+    let gate: Promise<void> | null = null;
+    // A slow reply: appends wait at the gate while it is closed.
+    const slow = Object.assign(Object.create(real) as RedisStore, {
+      append: async (docId: string, request: AppendRequest): Promise<AppendOutcome> => {
+        if (gate) await gate;
+        return real.append(docId, request);
+      },
+    });
+    const rooms = roomsOf(slow, 'node-p/1');
+    try {
+      const room = (await rooms.get('in-flight', true))!;
+      assert.deepEqual(await send(room, 'p'), { ok: true, version: 1 });
+      let open!: () => void;
+      gate = new Promise((resolve) => (open = resolve));
+      const answer = send(room, 'p');
+      await delay(20);
+      let idle = false;
+      void room.whenIdle().then(() => (idle = true));
+      // Closed meanwhile (a lost renewal, say), and the lease goes to another process.
+      room.moved('closed while its append was in flight');
+      await real.leases.release('in-flight', room.lease!);
+      assert.ok((await real.leases.acquire('in-flight', 'node-q/1', ttlMs)).ok);
+      gate = null;
+      open();
+      assert.equal((await answer).ok, false);
+      // What a hand-over, shutdown or making space waits on: it used to wait for ever.
+      await waitFor(() => idle, 'the room settled', 2000);
+    } finally {
+      rooms.closeAll();
+    }
+  });
+
+  it('does not take back a document it handed over a moment ago', async () => {
+    const store = await redisStore();
+    const p = roomsOf(store, 'node-p/1');
+    const q = roomsOf(store, 'node-q/1');
+    try {
+      const room = (await p.get('handed', true))!;
+      assert.deepEqual(await send(room, 'p'), { ok: true, version: 1 });
+      // q's editors arrive: q asks for the document, p hands it over once it held it a lease
+      // time, and q takes it.
+      await assert.rejects(q.get('handed', true), { code: 'moved' });
+      await waitFor(() => room.state === 'closed', 'p handed it over', 5000);
+      const taken = (await q.get('handed', true))!;
+      assert.equal(taken.publishedVersion, 1);
+      // Editors a gateway still sends to p are sent on; p neither takes the lease (free or
+      // not) nor asks for it, so q is not made to hand it back.
+      await q.releaseAll(q.closeAll());
+      await assert.rejects(p.get('handed', true), { code: 'moved' });
+      assert.equal(await redisGet(docKeys(keyPrefix, 'handed').wanted), null);
+      // After two lease times it may serve it again.
+      await delay(2 * ttlMs + 50);
+      assert.equal((await p.get('handed', true))?.publishedVersion, 1);
+    } finally {
+      p.closeAll();
+      q.closeAll();
+    }
+  });
+
+  it('marks a node gone before releasing its leases at shutdown, so the document stays its', async () => {
+    const store = await redisStore();
+    const home = roomsOf(store, 'node-home/1');
+    const standIn = roomsOf(store, 'node-other/1');
+    try {
+      const room = (await home.get('homed', true))!;
+      assert.deepEqual(await send(room, 'h'), { ok: true, version: 1 });
+      const keys = docKeys(keyPrefix, 'homed');
+      // Alive: it said so when it started.
+      assert.notEqual(await redisGet(`${keyPrefix}node:node-home`), null);
+      assert.equal(await redisGet(keys.home), 'node-home');
+      // A graceful shutdown: flush, close, release.
+      await home.flushAll();
+      await home.releaseAll(home.closeAll());
+      assert.equal(await redisGet(`${keyPrefix}node:node-home`), null);
+      // Another node takes the document while the home is away: it stands in for it.
+      assert.equal((await standIn.get('homed', true))?.publishedVersion, 1);
+      assert.equal(await redisGet(keys.home), 'node-home');
+    } finally {
+      home.closeAll();
+      standIn.closeAll();
+    }
+  });
+});
