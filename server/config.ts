@@ -9,6 +9,9 @@ export interface Config {
   host: string;
   /// `redis://…` to persist in Redis; null for the embedded file store under `dataDir`.
   redisUrl: string | null;
+  /// Put before every Redis key this server writes: deployments (or test runs) sharing one
+  /// Redis keep apart by it. Node liveness keys carry it too.
+  redisKeyPrefix: string;
   dataDir: string;
   /// 'memory' keeps documents in this process only (tests, demos).
   store: 'auto' | 'memory';
@@ -89,6 +92,7 @@ export const defaults: Readonly<Config> = Object.freeze({
   port: 4000,
   host: '0.0.0.0',
   redisUrl: null,
+  redisKeyPrefix: 'scriptorium:',
   dataDir: './data',
   store: 'auto',
   maxHistorySteps: 10_000,
@@ -138,6 +142,7 @@ export const environment = {
   PORT: 'port',
   HOST: 'host',
   REDIS_URL: 'redisUrl',
+  REDIS_KEY_PREFIX: 'redisKeyPrefix',
   DATA_DIR: 'dataDir',
   STORE: 'store',
   MAX_HISTORY_STEPS: 'maxHistorySteps',
@@ -289,6 +294,15 @@ function validate(config: Config): void {
   if (config.redisUrl !== null && !/^rediss?:\/\/./.test(config.redisUrl)) {
     throw new ConfigError(
       `REDIS_URL must start with redis:// or rediss://, got "${config.redisUrl}"`,
+    );
+  }
+  // No braces: a key's `{hash tag}` is the document id's, and a brace before it would move it.
+  if (
+    typeof config.redisKeyPrefix !== 'string' ||
+    !/^[A-Za-z0-9._:-]{1,64}$/.test(config.redisKeyPrefix)
+  ) {
+    throw new ConfigError(
+      `REDIS_KEY_PREFIX must be 1–64 characters of A-Z a-z 0-9 . _ : -, got "${config.redisKeyPrefix}"`,
     );
   }
   if (typeof config.nodeId !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(config.nodeId)) {

@@ -48,6 +48,7 @@ async function openStore(): Promise<Store> {
     const { RedisStore } = await import('./stores/redis_store.js');
     const store = new RedisStore({
       url: config.redisUrl,
+      keyPrefix: config.redisKeyPrefix,
       commandTimeoutMs: config.storeTimeoutMs,
       logger: log,
     });

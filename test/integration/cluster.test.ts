@@ -10,6 +10,7 @@ import type { StepJSON } from '../../schema/index.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';
 import { freePortRange } from '../support/redis_process.js';
+import { deleteRedisKeys, redisForTests } from '../support/store_fixtures.js';
 import { waitFor } from '../support/wait.js';
 
 // `npm run cluster`: three nodes on a real Redis behind the nginx gateway. Documents spread
@@ -19,7 +20,10 @@ import { waitFor } from '../support/wait.js';
 // equal to the stored document.
 
 const clusterEntry = fileURLToPath(new URL('../../deploy/cluster.js', import.meta.url));
-const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+// Keys of their own: another run on the same Redis (CI's, a developer's) must not keep this
+// run's node ids alive, which would have a stand-in take over a killed node's documents as
+// their home.
+const { redisUrl, keyPrefix } = redisForTests();
 
 interface Served {
   node: string;
@@ -47,7 +51,13 @@ describe('a cluster of three nodes behind the gateway', () => {
         ...['--restart', '--restart-delay', '8000'],
       ],
       {
-        env: { ...process.env, REDIS_URL: redisUrl, LOG_LEVEL: 'warn', LEASE_MS: '3000' },
+        env: {
+          ...process.env,
+          REDIS_URL: redisUrl,
+          REDIS_KEY_PREFIX: keyPrefix,
+          LOG_LEVEL: 'warn',
+          LEASE_MS: '3000',
+        },
         stdio: ['ignore', 'pipe', 'inherit'],
       },
     );
@@ -67,6 +77,7 @@ describe('a cluster of three nodes behind the gateway', () => {
       cluster.kill('SIGTERM');
       await exited;
     }
+    await deleteRedisKeys(redisUrl, keyPrefix);
   });
 
   /// What Redis and the nodes' logs say about `docId`, for a failure message: the document's
@@ -76,14 +87,14 @@ describe('a cluster of three nodes behind the gateway', () => {
     const redis = createClient({ url: redisUrl });
     await redis.connect();
     try {
-      const keys = docKeys('scriptorium:', docId);
+      const keys = docKeys(keyPrefix, docId);
       const facts: Record<string, unknown> = {
         lease: await redis.get(keys.lease),
         wanted: await redis.get(keys.wanted),
         home: await redis.get(keys.home),
       };
       for (const node of ['node-1', 'node-2', 'node-3']) {
-        const key = `scriptorium:node:${node}`;
+        const key = `${keyPrefix}node:${node}`;
         facts[node] = { since: await redis.get(key), ttlMs: await redis.pTTL(key) };
       }
       const logs = lines.filter((line) => !line.startsWith('node ')).slice(-40);

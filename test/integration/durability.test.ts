@@ -13,11 +13,13 @@ import type { Store } from '../../server/stores/store.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';
 import { startServerProcess } from '../support/process.js';
 import { RedisProcess } from '../support/redis_process.js';
-import { reconstruct } from '../support/store_fixtures.js';
+import { deleteRedisKeys, reconstruct, redisForTests } from '../support/store_fixtures.js';
 import { TcpProxy } from '../support/tcp_proxy.js';
 import { delay, waitFor } from '../support/wait.js';
 
-const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
+// Keys of this run's own (node ids too): another run on the same Redis must not keep this run's
+// nodes alive or read its documents.
+const { redisUrl, keyPrefix } = redisForTests();
 
 // Settings that keep the whole history in the journal, so a test can read every step back.
 const keepJournal = { SNAPSHOT_EVERY_STEPS: '1000000', SNAPSHOT_EVERY_MS: '86400000' };
@@ -110,15 +112,16 @@ async function closeAll(editors: readonly CollabClient[]): Promise<void> {
 describe('durability (real Redis, server child processes)', () => {
   let store: RedisStore;
   before(() => {
-    store = new RedisStore({ url: redisUrl, commandTimeoutMs: 2000 });
+    store = new RedisStore({ url: redisUrl, keyPrefix, commandTimeoutMs: 2000 });
   });
   after(async () => {
     await store.close();
+    await deleteRedisKeys(redisUrl, keyPrefix);
   });
 
   it('restart: stop gracefully, start again, same document and version; clients catch up without reloading', async () => {
     const docId = `restart-${randomUUID()}`;
-    let server = await startServerProcess({ REDIS_URL: redisUrl });
+    let server = await startServerProcess({ REDIS_URL: redisUrl, REDIS_KEY_PREFIX: keyPrefix });
     const acked: Acked[] = [];
     let reloads = 0;
     const editors = trackedEditors(() => server.url, docId, 3, acked, 'restart', {
@@ -135,7 +138,10 @@ describe('durability (real Redis, server child processes)', () => {
         doc: unknown;
       };
       assert.equal(await server.stop('SIGTERM'), 0, `graceful stop exits 0:\n${server.output()}`);
-      server = await startServerProcess({ REDIS_URL: redisUrl }, server.port);
+      server = await startServerProcess(
+        { REDIS_URL: redisUrl, REDIS_KEY_PREFIX: keyPrefix },
+        server.port,
+      );
       const afterRestart = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
         version: number;
         doc: unknown;
@@ -169,7 +175,12 @@ describe('durability (real Redis, server child processes)', () => {
   it('crash: SIGKILL mid-stream, three times; every acknowledged step survives and editors converge', async () => {
     const docId = `crash-${randomUUID()}`;
     // A short lease: the restarted process waits for the dead one's to expire.
-    const env = { REDIS_URL: redisUrl, LEASE_MS: '1500', ...keepJournal };
+    const env = {
+      REDIS_URL: redisUrl,
+      REDIS_KEY_PREFIX: keyPrefix,
+      LEASE_MS: '1500',
+      ...keepJournal,
+    };
     let server = await startServerProcess(env);
     const acked: Acked[] = [];
     const editors = trackedEditors(() => server.url, docId, 4, acked, 'crash');
@@ -299,7 +310,13 @@ describe('durability (real Redis, server child processes)', () => {
 
   it('deploy overlap: a new process of the same node takes the documents over while the old one drains; nobody diverges, nothing acknowledged is lost', async () => {
     const docIds = [`deploy-${randomUUID()}`, `deploy-${randomUUID()}`];
-    const env = { REDIS_URL: redisUrl, LEASE_MS: '1000', NODE_ID: 'node-1', ...keepJournal };
+    const env = {
+      REDIS_URL: redisUrl,
+      REDIS_KEY_PREFIX: keyPrefix,
+      LEASE_MS: '1000',
+      NODE_ID: 'node-1',
+      ...keepJournal,
+    };
     const old = await startServerProcess(env);
     const route = new TcpProxy(old.port);
     await route.start();
@@ -349,7 +366,12 @@ describe('durability (real Redis, server child processes)', () => {
 
   it('two processes on one Redis: one serves the document at a time; when the routes converge every editor ends on one, equal to the store, nothing acknowledged lost', async () => {
     const docId = `two-${randomUUID()}`;
-    const env = { REDIS_URL: redisUrl, LEASE_MS: '1000', ...keepJournal };
+    const env = {
+      REDIS_URL: redisUrl,
+      REDIS_KEY_PREFIX: keyPrefix,
+      LEASE_MS: '1000',
+      ...keepJournal,
+    };
     const a = await startServerProcess({ ...env, NODE_ID: 'node-a' });
     const b = await startServerProcess({ ...env, NODE_ID: 'node-b' });
     // Two routes, as two balancers that disagree would give: half the editors reach a, half b.
