@@ -142,7 +142,7 @@ export class CollabClient {
   private closingNotice: ClosingNotice | null = null;
   private closed = false;
   private readonly readyWaiters: { resolve: () => void; reject: (err: Error) => void }[] = [];
-  private readonly settleWaiters: (() => void)[] = [];
+  private readonly settleWaiters: { resolve: () => void; reject: (err: Error) => void }[] = [];
 
   constructor(options: CollabClientOptions) {
     this.options = options;
@@ -193,10 +193,14 @@ export class CollabClient {
     return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
   }
 
-  /// Resolves when connected with nothing unconfirmed: every local step is on the server.
+  /// Resolves when connected with nothing unconfirmed: every local step is on the server, or
+  /// was refused and dropped (`onReload` says how many). Rejects once the client is closed or
+  /// failed, since it never will be then.
   settled(): Promise<void> {
     if (this.isSettled()) return Promise.resolve();
-    return new Promise((resolve) => this.settleWaiters.push(resolve));
+    if (this.closed)
+      return Promise.reject(new Error(this.error?.message ?? 'the client is closed'));
+    return new Promise((resolve, reject) => this.settleWaiters.push({ resolve, reject }));
   }
 
   /// The collab version this client has reached.
@@ -224,6 +228,8 @@ export class CollabClient {
     this.clearTimers();
     this.socket.close();
     this.setStatus('offline');
+    for (const waiter of this.settleWaiters.splice(0))
+      waiter.reject(new Error('the client is closed'));
   }
 
   private onConnect(): void {
@@ -700,6 +706,7 @@ export class CollabClient {
     this.socket.close();
     this.setStatus('failed');
     for (const waiter of this.readyWaiters.splice(0)) waiter.reject(new Error(error.message));
+    for (const waiter of this.settleWaiters.splice(0)) waiter.reject(new Error(error.message));
   }
 
   private clearTimers(): void {
@@ -718,7 +725,7 @@ export class CollabClient {
     if (this.status === 'failed' || this.closed) return;
     if (!this.joined) this.setStatus(this.socket.connected ? 'connecting' : 'offline');
     else this.setStatus(this.hasUnconfirmed || this.inFlight ? 'sending' : 'synced');
-    if (this.isSettled()) for (const waiter of this.settleWaiters.splice(0)) waiter();
+    if (this.isSettled()) for (const waiter of this.settleWaiters.splice(0)) waiter.resolve();
   }
 
   private setStatus(status: CollabStatus): void {

@@ -242,14 +242,9 @@ export function attachProtocol(
         }
         const limited = overRate(socket.data.pulls);
         if (limited) return ack(limited);
-        if (socket.data.room)
-          return answerSync(
-            socket,
-            socket.data.room,
-            request,
-            answer,
-            options.maxSocketBufferBytes,
-          );
+        const answerFrom = (room: Room): void =>
+          answerSync(socket, room, request, answer, options.maxSocketBufferBytes);
+        if (socket.data.room) return answerFrom(socket.data.room);
         const address = socket.data.address;
         rooms
           .get(socket.data.docId, () => admission.mayCreate(address))
@@ -257,21 +252,14 @@ export function attachProtocol(
             (room) => {
               // The socket may have left while the document loaded, or joined twice.
               if (!socket.connected) return;
-              if (socket.data.room)
-                return answerSync(
-                  socket,
-                  socket.data.room,
-                  request,
-                  answer,
-                  options.maxSocketBufferBytes,
-                );
+              if (socket.data.room) return answerFrom(socket.data.room);
               if (!room || room.state !== 'open') return ack(refusal('unavailable'));
               // Joining the Socket.io room and answering happen in one synchronous step: every
               // broadcast after the answer's version reaches this socket, and none before it.
               void socket.join(room.docId);
               socket.data.room = room;
               rooms.attach(room);
-              answerSync(socket, room, request, answer, options.maxSocketBufferBytes);
+              answerFrom(room);
             },
             (err: unknown) => {
               const code = loadFailureCode(err);

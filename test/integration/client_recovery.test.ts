@@ -256,6 +256,25 @@ describe('client recovery', () => {
     }
   });
 
+  it('rejects settled() once the client is closed with steps unconfirmed, instead of never answering', async () => {
+    const server = await startServer();
+    const editor = openEditor(server.url, 'closing', { clientID: 'closing-1' });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      editor.socket.disconnect();
+      typeAtEnd(editor, 'kept locally');
+      const waiting = editor.settled();
+      editor.close();
+      await assert.rejects(waiting, /closed/);
+      await assert.rejects(editor.settled(), /closed/);
+      // The unconfirmed steps stay in the state, for the application to save.
+      assert.ok(editor.hasUnconfirmed);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
   it('backs off when the server sends its editors away again and again', async () => {
     const server = await startServer({}, new ConflictingStore());
     const a = openEditor(server.url, 'evicted', { clientID: 'a', reconnectDelayMs: 200 });
