@@ -148,7 +148,9 @@ export class Room {
   /// snapshot that needs the whole document (`docJSONVersion` says which version it is).
   private docJSON: DocJSON | null = null;
   private docJSONVersion = -1;
-  /// Per client id, the version after its last published batch (see `Snapshot.clients`).
+  /// Per client id, the version after its last published batch (see `Snapshot.clients`). Not
+  /// the authority's `lastEnd`, which also counts batches applied but not yet durable (and is
+  /// rewound with them): a client is told only of what the document it is sent holds.
   private readonly ledger: Map<string, number>;
 
   constructor(
