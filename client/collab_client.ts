@@ -70,8 +70,9 @@ export interface CollabClientOptions {
   /// Called when the document was replaced by the server's copy (another epoch, history gone,
   /// or local steps the server refused): `dropped` local steps could not be kept.
   onReload?: (info: { dropped: number; reason: string }) => void;
-  /// Called when the server acknowledges a batch: `steps` (as the server applied them, rebased
-  /// or not) are durable and end at `version`.
+  /// Called when the server acknowledges a batch, or when a join shows that a batch whose
+  /// acknowledgement was lost is durable: `steps` (as the server applied them, rebased or not;
+  /// as sent, when the join answered with the whole document) are durable and end at `version`.
   onAcknowledged?: (version: number, steps: readonly StepJSON[]) => void;
 }
 
@@ -302,11 +303,25 @@ export class CollabClient {
         epochChanged,
         landed,
       );
+      // Its acknowledgement was lost, not its durability. (Its steps as we sent them: the
+      // server's, rebased or not, are inside `doc`.)
+      if (landed > 0) this.acknowledge(answer.acceptedThrough!, this.inFlightSteps);
     } else {
       // The steps since our version: a lost batch that landed is among them, as ours.
+      const lost = this.lostCount;
+      const confirmedBefore = this.lastOwnRunEnd;
       this.lostCount = 0;
       this.receive(answer.version, answer.steps, answer.clientIDs);
+      if (lost > 0 && this.lastOwnRunEnd > confirmedBefore)
+        this.acknowledge(this.lastOwnRunEnd, this.lastOwnRun);
     }
+  }
+
+  /// Our batch ending at `version` is durable on the server: `acknowledgedVersion` and
+  /// `onAcknowledged` say so.
+  private acknowledge(version: number, steps: readonly StepJSON[]): void {
+    if (version > this.acknowledgedVersion) this.acknowledgedVersion = version;
+    this.options.onAcknowledged?.(version, steps);
   }
 
   /// Replaces the state with the server's document. Unconfirmed local steps are re-applied on
@@ -518,12 +533,11 @@ export class CollabClient {
       this.tokenRetries = 0;
       this.evictions = 0;
       this.batchLimit *= 2;
-      if (answer.version > this.acknowledgedVersion) this.acknowledgedVersion = answer.version;
-      if (this.options.onAcknowledged) {
-        // The broadcast came first; it holds the steps as the server applied them.
-        const steps = this.lastOwnRunEnd === answer.version ? this.lastOwnRun : this.inFlightSteps;
-        this.options.onAcknowledged(answer.version, steps);
-      }
+      // The broadcast came first; it holds the steps as the server applied them.
+      this.acknowledge(
+        answer.version,
+        this.lastOwnRunEnd === answer.version ? this.lastOwnRun : this.inFlightSteps,
+      );
       this.trySend();
       return;
     }

@@ -105,12 +105,14 @@ describe('client recovery', () => {
     // The room unloads (snapshot written, history gone) while the editor is away.
     const server = await startServer({ idleUnloadMs: 50 });
     const reloads: { dropped: number }[] = [];
+    const acknowledged: number[] = [];
     const editor = openEditor(server.url, 'lost-ack', {
       clientID: 'lost-ack-1',
       reconnectDelayMs: 1500,
       reconnectDelayMaxMs: 1500,
       reconnectJitter: 0,
       onReload: (info) => reloads.push(info),
+      onAcknowledged: (version) => acknowledged.push(version),
     });
     try {
       await waitFor(() => editor.status === 'synced', 'joined');
@@ -127,6 +129,32 @@ describe('client recovery', () => {
       assert.equal(editor.state!.doc.textContent, 'WX');
       assert.equal(stored.version, 2);
       assert.equal(editor.version, 2);
+      // The lost acknowledgement is made up for: the batch is durable, and the editor says so.
+      assert.equal(editor.acknowledgedVersion, 2);
+      assert.deepEqual(acknowledged, [1, 2]);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
+  it('counts a batch whose acknowledgement was lost as acknowledged once the join shows it, by steps', async () => {
+    const server = await startServer();
+    const acknowledged: number[] = [];
+    const editor = openEditor(server.url, 'lost-ack-steps', {
+      clientID: 'lost-ack-steps-1',
+      reconnectDelayMs: 300,
+      reconnectJitter: 0,
+      onAcknowledged: (version) => acknowledged.push(version),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      typeAtEnd(editor, 'X');
+      editor.socket.io.engine.close();
+      await waitFor(() => editor.reconnects >= 1 && editor.status === 'synced', 'rejoined');
+      assert.equal(editor.state!.doc.textContent, 'X');
+      assert.equal(editor.acknowledgedVersion, 1);
+      assert.deepEqual(acknowledged, [1]);
     } finally {
       editor.close();
       await server.close();
