@@ -281,11 +281,13 @@ export class CollabClient {
   private applySync(answer: Extract<SyncAnswer, { ok: true }>, dropLocal = false): void {
     const epochChanged = this.epoch !== null && this.epoch !== answer.epoch;
     this.epoch = answer.epoch;
-    // A new history: what was acknowledged in the old one says nothing about this one, where
-    // the server's document (durable, since it serves it) is all that is acknowledged.
-    if (epochChanged) this.acknowledgedVersion = answer.version;
-    // Our own steps seen confirmed so far belong to the old history after a reset.
-    if (epochChanged) this.lastOwnRunEnd = -1;
+    if (epochChanged) {
+      // A new history: what was acknowledged in the old one says nothing about this one,
+      // where the server's document (durable, since it serves it) is all that is
+      // acknowledged; our steps seen confirmed so far belong to the old one too.
+      this.acknowledgedVersion = answer.version;
+      this.lastOwnRunEnd = -1;
+    }
     if ('doc' in answer) {
       // A batch lost in flight is in this document when the server's last batch of ours ends
       // after the last one we saw confirmed (one batch is in flight at a time).
@@ -614,7 +616,7 @@ export class CollabClient {
       const hinted = typeof answer.retryAfterMs === 'number' && answer.retryAfterMs >= 0;
       const delay = hinted
         ? answer.retryAfterMs! * (1 + Math.random() * 0.2)
-        : this.retryDelayMs * (1 + (Math.random() - 0.5) * (this.options.reconnectJitter ?? 0.5));
+        : this.jittered(this.retryDelayMs);
       // `moved`: another node serves the document now. Asking this connection again cannot
       // help: a new one goes through the gateway, which routes it to the node that does.
       const again = answer.code === 'moved' ? () => this.reconnectNow() : retry;
@@ -690,6 +692,12 @@ export class CollabClient {
     if (attempt === 0) return 0;
     const base = this.options.reconnectDelayMs ?? 500;
     const delay = Math.min(base * 2 ** (attempt - 1), this.options.reconnectDelayMaxMs ?? 10_000);
+    return this.jittered(delay);
+  }
+
+  /// `delay` spread by the configured jitter (0–1) either way, so that clients sent away
+  /// together do not come back together.
+  private jittered(delay: number): number {
     return delay * (1 + (Math.random() - 0.5) * (this.options.reconnectJitter ?? 0.5));
   }
 

@@ -477,9 +477,9 @@ export class Rooms {
   private async heartbeat(): Promise<void> {
     if (this.heartbeating || this.closing || !this.leases) return;
     this.heartbeating = true;
-    const { store, holder, ttlMs } = this.leases;
+    const { store, ttlMs } = this.leases;
     try {
-      await store.heartbeat(holder.split('/')[0]!, Math.round((2 * ttlMs) / 3));
+      await store.heartbeat(nodeOf(this.leases), Math.round((2 * ttlMs) / 3));
       this.heartbeatHealthy = true;
     } catch {
       this.heartbeatHealthy = false;
@@ -521,7 +521,7 @@ export class Rooms {
   /// was alive would become the document's home, and it would never come back here.
   async releaseAll(rooms: readonly Room[]): Promise<void> {
     if (this.leases) {
-      await this.leases.store.depart(this.leases.holder.split('/')[0]!).catch((err: unknown) => {
+      await this.leases.store.depart(nodeOf(this.leases)).catch((err: unknown) => {
         this.log.warn({ err }, 'could not mark this node as gone; its leases expire as usual');
       });
     }
@@ -691,4 +691,9 @@ export class Rooms {
     this.log.debug({ doc: room.docId, version: room.publishedVersion }, 'document unloaded');
     this.hooks.unloaded?.(room);
   }
+}
+
+/// The node a lease holder (`<node id>/<instance>`) runs on: what liveness keys are named by.
+function nodeOf(leases: LeaseOptions): string {
+  return leases.holder.split('/')[0]!;
 }

@@ -985,30 +985,38 @@ function writeDurablySync(path: string, text: string, flag: 'w' | 'a'): void {
   }
 }
 
-/// One line of a document's journal file: the entry's JSON after its CRC-32, so that a change
-/// on the disk that still parses (a flipped digit in a step) is found when the journal is read
-/// rather than replayed into the document as a step nobody made.
-function journalLine(json: string): string {
-  return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
+/// `json` after its CRC-32: how journal lines and state files are written, so that a change on
+/// the disk that still parses (a flipped digit in a step or a snapshot) is found when the file
+/// is read, rather than served as a step or a document nobody made.
+function withChecksum(json: string): string {
+  return `${crc32(json).toString(16).padStart(8, '0')} ${json}`;
 }
 
 const checksum = /^[0-9a-f]{8} $/;
 
+/// The JSON of `text` from `start` to `end` written by `withChecksum`, checked; text written
+/// before files carried checksums (it starts with '{') is returned as it is. Throws a
+/// `TypeError` naming `what` when the checksum does not match.
+function checkedJSON(text: string, start: number, end: number, what: string): string {
+  if (text.charCodeAt(start) === 0x7b) return text.slice(start, end);
+  const json = text.slice(start + 9, end);
+  const prefix = text.slice(start, start + 9);
+  if (!checksum.test(prefix) || crc32(json) !== parseInt(prefix, 16))
+    throw new TypeError(`corrupt ${what}: checksum mismatch`);
+  return json;
+}
+
+/// One line of a document's journal file.
+function journalLine(json: string): string {
+  return withChecksum(json) + '\n';
+}
+
 /// The entries of a journal file's text up to `complete` (the end of its last whole line).
-/// Lines written before journals carried checksums (they start with '{') are read as they are.
 function parseJournalText(text: string, complete: number, path: string): JournalEntry[] {
   const entries: JournalEntry[] = [];
   for (let start = 0; start < complete;) {
     const end = text.indexOf('\n', start);
-    let json: string;
-    if (text.charCodeAt(start) === 0x7b) {
-      json = text.slice(start, end);
-    } else {
-      json = text.slice(start + 9, end);
-      const prefix = text.slice(start, start + 9);
-      if (!checksum.test(prefix) || crc32(json) !== parseInt(prefix, 16))
-        throw new TypeError(`corrupt journal line in ${path}: checksum mismatch`);
-    }
+    const json = checkedJSON(text, start, end, `journal line in ${path}`);
     try {
       entries.push(parseJournalEntry(JSON.parse(json)));
     } catch (error) {
@@ -1033,22 +1041,14 @@ function journalEnd(docId: string, snapshotVersion: number, journal: JournalEntr
   return version;
 }
 
-/// A state file's text: its JSON after its CRC-32, like a journal line (the snapshot in it is a
-/// whole document that a changed digit would otherwise alter unseen).
+/// A state file's text: checksummed like a journal line (the snapshot in it is a whole document).
 function stateText(state: StateFile): string {
-  const json = JSON.stringify(state);
-  return `${crc32(json).toString(16).padStart(8, '0')} ${json}`;
+  return withChecksum(JSON.stringify(state));
 }
 
-/// Reads a state file's text; one written before state files carried a checksum is plain JSON.
+/// Reads a state file's text.
 export function parseStateText(text: string, path: string): StateFile {
-  let json = text;
-  if (text.charCodeAt(0) !== 0x7b) {
-    json = text.slice(9);
-    if (!checksum.test(text.slice(0, 9)) || crc32(json) !== parseInt(text, 16))
-      throw new TypeError(`corrupt state file ${path}: checksum mismatch`);
-  }
-  return parseState(JSON.parse(json));
+  return parseState(JSON.parse(checkedJSON(text, 0, text.length, `state file ${path}`)));
 }
 
 function parseState(raw: unknown): StateFile {
