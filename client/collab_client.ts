@@ -138,6 +138,9 @@ export class CollabClient {
   /// Reconnections for a fresh token, and evictions by the server, since the last accepted
   /// batch: each waits longer than the one before (`backoff`).
   private tokenRetries = 0;
+  /// When this connection's join was answered (ms since the epoch), -1 before: how long its
+  /// token lasted.
+  private joinedAt = -1;
   private evictions = 0;
   private lastEvictionAt = 0;
   private closingNotice: ClosingNotice | null = null;
@@ -234,6 +237,7 @@ export class CollabClient {
   }
 
   private onConnect(): void {
+    this.joinedAt = -1;
     this.generation++;
     this.inFlight = false;
     this.joined = false;
@@ -254,6 +258,7 @@ export class CollabClient {
       }
       this.joined = true;
       this.retryDelayMs = 0;
+      this.joinedAt = Date.now();
       if (answer.limits) this.limits = answer.limits;
       this.applySync(answer);
       for (const waiter of this.readyWaiters.splice(0)) waiter.resolve();
@@ -280,7 +285,16 @@ export class CollabClient {
 
   private applySync(answer: Extract<SyncAnswer, { ok: true }>, dropLocal = false): void {
     const epochChanged = this.epoch !== null && this.epoch !== answer.epoch;
+    // The server is behind us in our own epoch: its store lost steps we saw confirmed (it went
+    // back to an older state). Its answer is the whole document, which we reload; what we saw
+    // acknowledged past its version is not durable any more, and must not be reported so.
+    const historyLost =
+      !epochChanged && this.state !== null && answer.version < getVersion(this.state);
+    if (historyLost && this.acknowledgedVersion > answer.version)
+      this.acknowledgedVersion = answer.version;
     this.epoch = answer.epoch;
+    // The last batch of ours seen confirmed, as numbered in the history we knew.
+    const ownEnd = this.lastOwnRunEnd;
     if (epochChanged) {
       // A new history: what was acknowledged in the old one says nothing about this one,
       // where the server's document (durable, since it serves it) is all that is
@@ -290,9 +304,13 @@ export class CollabClient {
     }
     if ('doc' in answer) {
       // A batch lost in flight is in this document when the server's last batch of ours ends
-      // after the last one we saw confirmed (one batch is in flight at a time).
+      // after the last one we saw confirmed (one batch is in flight at a time). Compared with
+      // what we saw in the old history even when the epoch changed: a new epoch that holds a
+      // batch of ours continues the old one's numbering (a server that stored its copy anew
+      // after its store went back, `Room.restartHistory`); one that starts afresh holds none
+      // when we first join it.
       const landed =
-        answer.acceptedThrough !== undefined && answer.acceptedThrough > this.lastOwnRunEnd
+        answer.acceptedThrough !== undefined && answer.acceptedThrough > ownEnd
           ? this.lostCount
           : 0;
       if (answer.acceptedThrough !== undefined)
@@ -302,7 +320,7 @@ export class CollabClient {
         Node.fromJSON(this.schema, answer.doc),
         answer.version,
         dropLocal,
-        epochChanged,
+        epochChanged || historyLost,
         landed,
       );
       // Its acknowledgement was lost, not its durability. (Its steps as we sent them: the
@@ -574,26 +592,37 @@ export class CollabClient {
         this.handleRefusal(answer, () => this.trySend(), true);
         return;
       case 'unauthorized':
-        // The token expired while connected. With a way to get a fresh one, reconnect (the
-        // handshake asks for it) and send the unconfirmed steps again; they are kept.
-        // The first time at once; again and again (a handshake that keeps admitting a token
-        // the batch check refuses) with a growing delay, since every round trip is a new
-        // handshake and join for the server. Only an accepted batch resets it.
-        if (typeof this.options.token === 'function') {
-          const delay = this.backoff(this.tokenRetries++);
-          this.retryTimer = setTimeout(() => {
-            this.retryTimer = null;
-            this.reconnectNow();
-          }, delay);
-          return;
-        }
-        // A fixed token cannot be renewed here: stop, keeping the state and its unconfirmed
-        // steps for the application to save or hand to a new client.
-        this.fail(errorBody('unauthorized', answer.message));
+        this.renewToken(answer.message);
         return;
       default:
         this.handleRefusal(answer, () => this.trySend(), true);
     }
+  }
+
+  /// The token expired while connected (a request was refused `unauthorized`, or the server
+  /// sent the socket away for it). With a way to get a fresh one, reconnect (the handshake
+  /// asks for it) and send the unconfirmed steps again; they are kept. The first time at once;
+  /// again and again (a handshake that keeps admitting a token the server then refuses) with a
+  /// growing delay, since every round trip is a new handshake and join for the server. An
+  /// accepted batch resets it, and so does a token that lasted longer than the longest wait.
+  private renewToken(message: string): void {
+    if (typeof this.options.token === 'function') {
+      // A token that served longer than the longest wait was a good one (a reader, whose
+      // batches never reset the count, renews at each expiry): start over. One that died
+      // sooner (an issuer whose clock is behind the server's) keeps the wait growing, or a
+      // client would come back once per token lifetime for good.
+      const lasted = this.joinedAt < 0 ? 0 : Date.now() - this.joinedAt;
+      if (lasted > (this.options.reconnectDelayMaxMs ?? 10_000)) this.tokenRetries = 0;
+      const delay = this.backoff(this.tokenRetries++);
+      this.retryTimer = setTimeout(() => {
+        this.retryTimer = null;
+        this.reconnectNow();
+      }, delay);
+      return;
+    }
+    // A fixed token cannot be renewed here: stop, keeping the state and its unconfirmed
+    // steps for the application to save or hand to a new client.
+    this.fail(errorBody('unauthorized', message));
   }
 
   /// A refusal other than `stale`: retryable ones are retried with backoff; the others either
@@ -603,6 +632,10 @@ export class CollabClient {
     retry: () => void,
     dropLocal = false,
   ): void {
+    if (answer.code === 'unauthorized') {
+      this.renewToken(answer.message);
+      return;
+    }
     const body = isErrorCode(answer.code)
       ? errorBody(answer.code, answer.message)
       : errorBody('bad-request', answer.message);
@@ -662,6 +695,10 @@ export class CollabClient {
       // Socket.io does not reconnect by itself after that; come back after the hinted delay,
       // with jitter, unless the reason says coming back cannot help (`too-many-errors`).
       const notice = this.closingNotice;
+      if (notice?.code === 'unauthorized') {
+        this.renewToken(notice.message);
+        return;
+      }
       if (notice && isErrorCode(notice.code) && !errors[notice.code].retryable) {
         this.fail(errorBody(notice.code, notice.message));
         return;
@@ -689,10 +726,14 @@ export class CollabClient {
   /// The delay before the `attempt`th retry of a kind (0: at once), doubling from the
   /// reconnection delay up to its bound, with the configured jitter.
   private backoff(attempt: number): number {
+    return this.jittered(this.backoffBound(attempt));
+  }
+
+  /// The `attempt`th retry's delay before jitter.
+  private backoffBound(attempt: number): number {
     if (attempt === 0) return 0;
     const base = this.options.reconnectDelayMs ?? 500;
-    const delay = Math.min(base * 2 ** (attempt - 1), this.options.reconnectDelayMaxMs ?? 10_000);
-    return this.jittered(delay);
+    return Math.min(base * 2 ** (attempt - 1), this.options.reconnectDelayMaxMs ?? 10_000);
   }
 
   /// `delay` spread by the configured jitter (0–1) either way, so that clients sent away

@@ -109,7 +109,9 @@ export interface Quarantine {
 export class Rooms {
   private readonly rooms = new Map<string, Room>();
   private readonly loading = new Map<string, Promise<Room | null>>();
-  private readonly unloadTimers = new Map<string, NodeJS.Timeout>();
+  /// By room, not by document id: a timer armed for a room that is then dropped must not be
+  /// taken for one of the next room of its document.
+  private readonly unloadTimers = new Map<Room, NodeJS.Timeout>();
   private readonly quarantined = new Map<string, Quarantine>();
   /// Rooms being saved to be unloaded for a new one.
   private readonly evicting = new Set<Room>();
@@ -225,11 +227,7 @@ export class Rooms {
   /// Counts a socket joined to `room`; cancels a pending unload.
   attach(room: Room): void {
     room.sockets++;
-    const timer = this.unloadTimers.get(room.docId);
-    if (timer) {
-      clearTimeout(timer);
-      this.unloadTimers.delete(room.docId);
-    }
+    this.cancelUnload(room);
   }
 
   /// Counts a socket gone. The last one out triggers a snapshot and schedules the unload.
@@ -376,11 +374,7 @@ export class Rooms {
         await victim.whenIdle();
         const saved = await victim.snapshot();
         if (!saved || victim.sockets > 0 || this.rooms.get(victim.docId) !== victim) continue;
-        const timer = this.unloadTimers.get(victim.docId);
-        if (timer) clearTimeout(timer);
-        this.unloadTimers.delete(victim.docId);
-        this.rooms.delete(victim.docId);
-        victim.close();
+        await this.drop(victim);
         this.log.debug({ doc: victim.docId }, 'document unloaded to make room for another');
       } finally {
         this.evicting.delete(victim);
@@ -455,7 +449,7 @@ export class Rooms {
             return;
           }
           room.leaseRenewedAt = performance.now();
-          if (outcome === 'lost') room.moved('the lease was lost');
+          if (outcome === 'lost') room.leaseGone('the lease was lost');
           else if (outcome === 'wanted' && performance.now() - room.leasedAt >= ttlMs) {
             // Not awaited: a hand-over waits for the room's append in flight, and the next
             // renewal round must not wait for it (`evicting` keeps the room out meanwhile).
@@ -546,6 +540,20 @@ export class Rooms {
       maxBytes: Infinity,
       maxStringBytes: Infinity,
     };
+    // A stored document over the size limits (kept by a server with higher limits, or written
+    // by something else) is quarantined, with the limit to raise in the operator's log line.
+    // Served, it could only shrink, and one over the socket buffer would end every join in a
+    // slow-consumer disconnect: a reconnect loop instead of an answer.
+    const { maxDocBytes, maxDocSize } = this.options;
+    const checkSize = (what: string, checked: Node): void => {
+      const bytes = nodeStats(checked).bytes;
+      if (bytes > maxDocBytes || checked.nodeSize > maxDocSize) {
+        throw new CorruptDocumentError(
+          docId,
+          `${what} is larger than this server allows (${bytes} bytes of JSON, ${checked.nodeSize} positions; MAX_DOC_BYTES ${maxDocBytes}, MAX_DOC_SIZE ${maxDocSize})`,
+        );
+      }
+    };
     if (snapshot) {
       const measured = measureJson(snapshot.doc, jsonLimits);
       if (!measured.ok) throw new CorruptDocumentError(docId, `snapshot: ${measured.message}`);
@@ -561,6 +569,7 @@ export class Rooms {
       } catch (err) {
         throw new CorruptDocumentError(docId, `snapshot: ${(err as Error).message}`);
       }
+      checkSize('the snapshot', doc);
       version = snapshot.version;
     } else {
       doc = this.emptyDoc();
@@ -627,6 +636,7 @@ export class Rooms {
         `the document is nested ${height} levels deep, more than ${this.options.maxDocDepth}`,
       );
     }
+    checkSize('the document', authority.doc);
     if (authority.version !== stored.version) {
       throw new CorruptDocumentError(
         docId,
@@ -655,24 +665,29 @@ export class Rooms {
     room.onClose = (closed) => {
       if (closed.failed) this.roomFailures++;
       if (this.rooms.get(docId) === closed) this.rooms.delete(docId);
-      const timer = this.unloadTimers.get(docId);
-      if (timer) clearTimeout(timer);
-      this.unloadTimers.delete(docId);
+      this.cancelUnload(closed);
     };
     return room;
   }
 
   private scheduleUnload(room: Room): void {
-    if (this.unloadTimers.has(room.docId)) return;
+    if (this.unloadTimers.has(room)) return;
     const timer = setTimeout(() => {
-      this.unloadTimers.delete(room.docId);
+      this.unloadTimers.delete(room);
       this.unload(room).catch((err: unknown) => {
         // A timer's rejection would end the process: the room fails alone instead.
         room.fail(err);
       });
     }, this.options.idleUnloadMs);
     timer.unref();
-    this.unloadTimers.set(room.docId, timer);
+    this.unloadTimers.set(room, timer);
+  }
+
+  private cancelUnload(room: Room): void {
+    const timer = this.unloadTimers.get(room);
+    if (!timer) return;
+    clearTimeout(timer);
+    this.unloadTimers.delete(room);
   }
 
   private async unload(room: Room): Promise<void> {
@@ -685,10 +700,19 @@ export class Rooms {
       this.scheduleUnload(room);
       return;
     }
+    await this.drop(room);
+    this.log.debug({ doc: room.docId, version: room.publishedVersion }, 'document unloaded');
+  }
+
+  /// Drops a saved room without sockets, whether idle or unloaded to make space: out of the
+  /// registry with its unload timer (one armed while its snapshot was written, say), closed,
+  /// its lease freed (so another node may take the document at once, instead of being sent
+  /// `moved` until the lease expires), and the host told.
+  private async drop(room: Room): Promise<void> {
     this.rooms.delete(room.docId);
+    this.cancelUnload(room);
     room.close();
     await this.releaseLease(room);
-    this.log.debug({ doc: room.docId, version: room.publishedVersion }, 'document unloaded');
     this.hooks.unloaded?.(room);
   }
 }

@@ -3,6 +3,7 @@ import {
   clientIdPattern,
   docIdPattern,
   errorBody,
+  isErrorCode,
   type BatchLimits,
   type ErrorAnswer,
   type ErrorCode,
@@ -12,8 +13,9 @@ import {
 } from '../../schema/index.js';
 import type { Admission } from './admission.js';
 import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
-import { dropIfSlow, watchSlowConsumers } from './outbound.js';
+import { dropIfSlow, sweepSockets } from './outbound.js';
 import { TokenBucket } from './token_bucket.js';
+import { ClientOwners } from './client_owners.js';
 import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
 import type {
@@ -59,8 +61,8 @@ class HandshakeError extends Error {
 /// `steps` handlers, each behind the payload gate and its socket's token bucket. `draining`
 /// tells whether the server is shutting down (new connections are refused with
 /// `shutting-down`). Refusals made here, before a batch reaches its room, are reported to
-/// `observer` like the others. Returns a function that stops the slow-consumer sweep (for
-/// shutdown).
+/// `observer` like the others. Returns a function that stops the sweep of the sockets
+/// (expired tokens, slow consumers), for shutdown.
 export function attachProtocol(
   io: ScriptoriumNamespace,
   rooms: Rooms,
@@ -70,10 +72,7 @@ export function attachProtocol(
   options: ProtocolOptions,
 ): () => void {
   const { admission, authenticate } = options;
-  /// Which user holds each client id, while a socket of theirs is connected: another user
-  /// claiming it is refused, so nobody can make an editor drop its own steps as someone
-  /// else's (prosemirror-collab recognises its steps by client id).
-  const owners = new Map<string, { user: string; sockets: number }>();
+  const owners = new ClientOwners();
 
   io.use((socket, next) => {
     let checked: HandshakeError | Handshake;
@@ -121,9 +120,12 @@ export function attachProtocol(
     return { doc, clientID, readOnly: readOnly === true };
   }
 
-  /// Asks the host who this is. Resolves with the identity, or with the refusal: what
-  /// `authenticate` throws is `unauthorized` unless its `code` is `forbidden`; an identity
-  /// that is not one is the host's bug, answered `internal` and logged.
+  /// Asks the host who this is. Resolves with the identity, or with the refusal: an error
+  /// `authenticate` throws with one of the protocol's codes (`forbidden`, `unavailable`, ...)
+  /// is answered with that code and its message; any other is `unauthorized` with the table's
+  /// message (its own could be anything, an internal address say) and is logged, since it may
+  /// be the host's outage rather than a bad credential. An identity that is not one is the
+  /// host's bug, answered `internal` and logged.
   async function identify(
     hook: Authenticate,
     socket: ScriptoriumSocket,
@@ -138,10 +140,14 @@ export function attachProtocol(
         docId: handshake.doc,
       });
     } catch (err) {
-      const forbidden = (err as { code?: unknown } | null)?.code === 'forbidden';
-      log.debug({ err, doc: handshake.doc }, 'connection refused by authenticate');
-      const detail = err instanceof Error && err.message ? err.message : undefined;
-      return new HandshakeError(forbidden ? 'forbidden' : 'unauthorized', detail);
+      const code = (err as { code?: unknown } | null)?.code;
+      if (isErrorCode(code)) {
+        log.debug({ err, doc: handshake.doc }, 'connection refused by authenticate');
+        const detail = err instanceof Error && err.message ? err.message : undefined;
+        return new HandshakeError(code, detail);
+      }
+      log.warn({ err, doc: handshake.doc }, 'authenticate threw an error without a code');
+      return new HandshakeError('unauthorized');
     }
     const problem = identityProblem(identity);
     if (problem) {
@@ -149,6 +155,11 @@ export function attachProtocol(
       return new HandshakeError('internal');
     }
     if (draining()) return new HandshakeError('shutting-down');
+    // Expired already (a host that verifies with a clock tolerance passes the token's own
+    // expiry): admitted, it could do nothing but be refused and sent away again.
+    if (((identity as Identity).expiresAt ?? Infinity) <= Date.now()) {
+      return new HandshakeError('unauthorized', tokenExpired);
+    }
     return identity as Identity;
   }
 
@@ -159,10 +170,16 @@ export function attachProtocol(
     handshake: Handshake,
     identity: Identity | null,
   ): HandshakeError | undefined {
+    // The connection may have closed while `authenticate` ran: nothing would ever release
+    // what is counted below (its 'close' has been emitted, and Socket.io drops the socket
+    // without a 'disconnect').
+    if (socket.conn.readyState !== 'open') {
+      return new HandshakeError('unavailable', 'The connection closed during the handshake');
+    }
     const { doc, clientID } = handshake;
     const user = identity?.user ?? null;
-    const owner = owners.get(clientID);
-    if (user !== null && owner && owner.user !== user) {
+    const readOnly = handshake.readOnly || identity?.access === 'read';
+    if (user !== null && !owners.mayUse(clientID, user, Date.now())) {
       return new HandshakeError('forbidden', 'This client id belongs to another user');
     }
     const address = admission.address(socket.request);
@@ -177,7 +194,7 @@ export function attachProtocol(
     socket.data = {
       docId: doc,
       clientID,
-      readOnly: handshake.readOnly || identity?.access === 'read',
+      readOnly,
       user,
       expiresAt: identity?.expiresAt ?? Infinity,
       room: null,
@@ -186,18 +203,30 @@ export function attachProtocol(
       pulls: new TokenBucket(options.pullsPerSecond, options.pullsBurst, now),
       protocolErrors: 0,
     };
-    // Counted from here: released when the socket disconnects (or fails to connect).
-    if (user !== null) {
-      const held = owners.get(clientID) ?? { user, sockets: 0 };
-      held.sockets++;
-      owners.set(clientID, held);
-    }
-    socket.conn.once('close', () => {
+    // Only a writer claims the client id: its steps carry it. A reader's claim would only
+    // lock the writer out.
+    const claims = user !== null && !readOnly;
+    if (claims) owners.claim(clientID, user);
+    // Counted from here, and released once: when the socket disconnects, or when its
+    // connection closes first (a socket that never finished connecting has no 'disconnect';
+    // one that left the namespace has no 'close' until its connection goes).
+    const conn = socket.conn;
+    let released = false;
+    const release = (): void => {
+      // The flag, not only the `off` calls: an emitter calls the listeners it had when the
+      // event began, and a transport's close emits the socket's 'disconnect' from within the
+      // connection's 'close' (releasing twice would let a client past the caps).
+      if (released) return;
+      released = true;
+      // Off the connection too: a client may leave and join the namespace again and again on
+      // one connection, and each round would otherwise leave a listener on it.
+      conn.off('close', release);
+      socket.off('disconnect', release);
       admission.leave(address, clientID);
-      if (user === null) return;
-      const held = owners.get(clientID);
-      if (held && --held.sockets === 0) owners.delete(clientID);
-    });
+      if (claims) owners.release(clientID, Date.now());
+    };
+    conn.on('close', release);
+    socket.on('disconnect', release);
     return undefined;
   }
 
@@ -218,9 +247,18 @@ export function attachProtocol(
     return body;
   }
 
-  const stopWatching = watchSlowConsumers(io, options.maxSocketBufferBytes, 250, (socket) =>
-    log.info({ doc: socket.data.docId, address: socket.data.address }, 'slow consumer dropped'),
-  );
+  // Every 250 ms: a socket whose token expired is sent away (`closing unauthorized`; a client
+  // that can get a fresh token reconnects with it), or it would go on receiving the document's
+  // steps for as long as it stays connected; one that does not read what it is sent is dropped.
+  const stopSweeping = sweepSockets(io, 250, (socket, now) => {
+    if (!socket.connected) return;
+    if (now >= socket.data.expiresAt) {
+      socket.emit('closing', { ...errorBody('unauthorized', tokenExpired), retryAfterMs: 0 });
+      socket.disconnect(true);
+    } else if (dropIfSlow(socket, options.maxSocketBufferBytes)) {
+      log.info({ doc: socket.data.docId, address: socket.data.address }, 'slow consumer dropped');
+    }
+  });
 
   io.on('connection', (socket: ScriptoriumSocket) => {
     // First, so no handler (presence's included) ever sees a payload over the limits.
@@ -240,6 +278,7 @@ export function attachProtocol(
           strike(socket);
           return ack(refusal('bad-request', request));
         }
+        if (expired(socket.data)) return ack(refusal('unauthorized', tokenExpired));
         const limited = overRate(socket.data.pulls);
         if (limited) return ack(limited);
         const answerFrom = (room: Room): void =>
@@ -289,6 +328,9 @@ export function attachProtocol(
         if (!room) {
           strike(socket);
           return ack(refusal('bad-request', 'Send join before pull'));
+        }
+        if (expired(socket.data)) {
+          return ack(refusal('unauthorized', tokenExpired, room.publishedVersion));
         }
         const limited = overRate(socket.data.pulls, room.publishedVersion);
         if (limited) return ack(limited);
@@ -347,7 +389,15 @@ export function attachProtocol(
       }),
     );
   });
-  return stopWatching;
+  return stopSweeping;
+}
+
+const tokenExpired = 'The token has expired: reconnect with a fresh one';
+
+/// True once the token `data` was admitted with has expired. Its socket may then do nothing:
+/// reads included, since expiry is how a token's access ends.
+function expired(data: SocketData): boolean {
+  return Date.now() >= data.expiresAt;
 }
 
 /// A handshake's own fields, once checked.
@@ -424,9 +474,7 @@ function checkSteps(
   const version = room.publishedVersion;
   if (draining) return refusal('shutting-down', undefined, version);
   if (data.readOnly) return refusal('forbidden', 'This connection is read-only', version);
-  if (Date.now() >= data.expiresAt) {
-    return refusal('unauthorized', 'The token has expired: reconnect with a fresh one', version);
-  }
+  if (expired(data)) return refusal('unauthorized', tokenExpired, version);
   if (typeof request !== 'object' || request === null || Array.isArray(request)) {
     return refusal('bad-request', 'steps expects {version, steps}', version);
   }

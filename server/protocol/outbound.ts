@@ -49,20 +49,18 @@ export function dropIfSlow(socket: ScriptoriumSocket, maxBytes: number): boolean
   return true;
 }
 
-/// Checks every socket of `io` every `intervalMs` (an unref'd timer: O(sockets) reads of two
-/// fields, cheap next to the broadcasts that fill the buffers). Returns a function that stops
-/// it. `onDropped` is told of each socket dropped.
-export function watchSlowConsumers(
+/// Calls `visit` for every socket of `io` every `intervalMs` (an unref'd timer), with the time
+/// of the sweep: the per-socket checks no message triggers (a slow consumer, an expired token)
+/// share one pass, O(sockets) reads of a few fields. Returns a function that stops it.
+export function sweepSockets(
   io: ScriptoriumNamespace,
-  maxBytes: number,
-  intervalMs = 250,
-  onDropped: (socket: ScriptoriumSocket) => void = () => {},
+  intervalMs: number,
+  visit: (socket: ScriptoriumSocket, now: number) => void,
 ): () => void {
   const timer = setInterval(() => {
     try {
-      for (const socket of io.sockets.values()) {
-        if (dropIfSlow(socket, maxBytes)) onDropped(socket);
-      }
+      const now = Date.now();
+      for (const socket of io.sockets.values()) visit(socket, now);
     } catch {
       // A timer's throw would end the process; the next sweep tries again.
     }

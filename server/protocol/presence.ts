@@ -28,7 +28,8 @@ class SocketPresence {
 const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
 
 /// Handles the `presence` event of one socket: validates it (a malformed one or one sent before
-/// `join` gets a `protocol-error` with code `bad-request`), relays it to the rest of the
+/// `join` gets a `protocol-error` with code `bad-request` and counts as one through
+/// `onMalformed`), relays it to the rest of the
 /// document's room as `{clientID, name, color, version, anchor, head}` at most once per
 /// `presenceIntervalMs` (extra updates are dropped, but the latest one is always delivered when
 /// the window ends), and emits `presence-leave` to the room when the socket disconnects.
@@ -47,9 +48,17 @@ export function attachPresence(
   socket.on(
     'presence',
     guarded(socket, 'presence', log, (...args: unknown[]) => {
-      if (!socket.data.room) return protocolError(socket, 'Send join before presence');
+      if (!socket.data.room) {
+        onMalformed();
+        return protocolError(socket, 'Send join before presence');
+      }
       const update = parsePresence(args[0]);
-      if (typeof update === 'string') return protocolError(socket, update);
+      if (typeof update === 'string') {
+        onMalformed();
+        return protocolError(socket, update);
+      }
+      // An expired token reads and shows nothing more; the expiry sweep sends the socket away.
+      if (Date.now() >= socket.data.expiresAt) return;
       const broadcast: PresenceBroadcast = { clientID: socket.data.clientID, ...update };
       let presence = presences.get(socket);
       if (!presence) {
