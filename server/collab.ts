@@ -80,8 +80,10 @@ export interface CollabOptions {
   schemaVersion?: number;
   /// Where documents persist. A `MemoryStore` (nothing survives the process) when omitted.
   store?: Store;
-  /// Called for every connection before it may do anything; none: anyone may read and write.
-  authenticate?: Authenticate;
+  /// Called for every connection before it may do anything. Omitted: anyone may read and
+  /// write (open mode), and `attach` logs a warning saying so; `null`: open mode on purpose,
+  /// without the warning.
+  authenticate?: Authenticate | null;
   /// Awaited when a document is loaded into memory (or created), before anyone is served from
   /// it. Throwing refuses the load: with the error's `code` when it is one of the protocol's
   /// codes (`forbidden`, say), `internal` otherwise.
@@ -145,8 +147,33 @@ export interface Collab {
   readonly draining: boolean;
 }
 
-/// Builds a collaboration authority. Throws `ConfigError` for a limit it cannot accept.
+/// Every option `createCollab` takes. A Record over the interface's keys, so the compiler
+/// keeps it complete and exact when an option is added.
+const optionNames: Record<keyof CollabOptions, true> = {
+  schema: true,
+  schemaVersion: true,
+  store: true,
+  authenticate: true,
+  onLoad: true,
+  onAccepted: true,
+  onUnload: true,
+  limits: true,
+  logger: true,
+  metrics: true,
+  nodeId: true,
+};
+
+/// Builds a collaboration authority. Throws `ConfigError` for an option it does not know (a
+/// misspelt `authenticate` would otherwise run the server open, silently) and for a limit it
+/// cannot accept.
 export function createCollab(options: CollabOptions = {}): Collab {
+  for (const name of Object.keys(options)) {
+    if (!Object.hasOwn(optionNames, name)) {
+      throw new ConfigError(
+        `Unknown option "${name}" (createCollab takes ${Object.keys(optionNames).join(', ')})`,
+      );
+    }
+  }
   for (const field of Object.keys(options.limits ?? {})) {
     if (processSettings.has(field)) {
       throw new ConfigError(`"${field}" is a setting of the standalone server, not a limit`);
@@ -240,6 +267,12 @@ export function createCollab(options: CollabOptions = {}): Collab {
         log.warn(
           { maxHttpBufferSize: cap, recommended: socketOptions.maxHttpBufferSize },
           'the Socket.io server accepts frames larger than the limits need: create it with collab.socketOptions',
+        );
+      }
+      if (options.authenticate === undefined) {
+        log.warn(
+          { namespace: nsp.name },
+          'no authenticate hook: open mode, anyone who can reach this server may read and write every document (pass authenticate: null to run open on purpose)',
         );
       }
       namespaces.push(nsp);

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Node } from 'prosemirror-model';
 import type { Logger } from 'pino';
 import {
@@ -11,7 +12,7 @@ import {
   type SyncRequest,
 } from '../../schema/index.js';
 import type { Authority } from './authority.js';
-import type { Lease, Store } from '../stores/store.js';
+import type { Lease, Snapshot, Store, StoredPosition } from '../stores/store.js';
 
 /// What a room needs from the transport: one broadcast per flush to every socket of the
 /// document, and a way to send everyone away when the room's copy can no longer be trusted.
@@ -136,6 +137,9 @@ export class Room {
   private readonly now: () => number;
   private pending: PendingBatch[] = [];
   private flushing = false;
+  /// Set once the room stores its copy under a new epoch (`restartHistory`): the append path
+  /// and a lease check may both find the store behind, and it must run once.
+  private restarting = false;
   private flushScheduled = false;
   /// When the last flush started (ms, `performance.now()`).
   private lastFlushAt = -Infinity;
@@ -327,7 +331,7 @@ export class Room {
       .then(
         (outcome) => {
           if (!outcome.ok && outcome.reason === 'lost') {
-            this.moved('the store refused a snapshot: the lease is gone');
+            this.leaseGone('the store refused a snapshot: the lease is gone');
             return false;
           }
           if (outcome.ok || outcome.reason === 'outdated') {
@@ -440,8 +444,8 @@ export class Room {
       .then(
         (outcome) => {
           if (outcome.ok) this.publish(group, steps, clientIDs);
-          else if (outcome.reason === 'lost') this.lostLease(group);
-          else this.conflict(group, outcome.version);
+          else if (outcome.reason === 'lost') this.lostLease(group, outcome.stored);
+          else this.conflict(group, outcome.version, outcome.epoch);
         },
         (err: unknown) => this.appendFailed(group, err),
       )
@@ -509,15 +513,31 @@ export class Room {
     this.settleIdle();
   }
 
-  private conflict(group: PendingBatch[], storedVersion: number): void {
-    this.log.warn(
-      { doc: this.docId, version: this.publishedVersion, storedVersion },
-      'journal conflict: another writer extended this document; reloading',
-    );
+  private conflict(
+    group: PendingBatch[],
+    storedVersion: number,
+    storedEpoch: string | null = this.epoch,
+  ): void {
+    // Another writer can only move a document on, never back: a store behind what this
+    // process published, in its epoch (or without the document), lost acknowledged steps (a
+    // restore, or writes its last fsync never reached). Reloading would serve its older copy
+    // under the same epoch, hand the lost version numbers out again for other steps, and
+    // every editor that saw the lost ones would be told it is up to date: silent divergence.
+    const regressed = this.regressed({ epoch: storedEpoch, version: storedVersion });
+    if (!regressed) {
+      this.log.warn(
+        { doc: this.docId, version: this.publishedVersion, storedVersion },
+        'journal conflict: another writer extended this document; reloading',
+      );
+    }
     const refused = group.concat(this.pending);
     this.pending = [];
     this.flushing = false;
     this.refuseAll(refused, 'stale', storedVersion);
+    if (regressed) {
+      this.restartHistory({ epoch: storedEpoch, version: storedVersion });
+      return;
+    }
     // This copy is behind the store. Its sockets rejoin and load the stored document, which
     // answers them with the missing steps (or the whole document).
     this.leave('stale', 'The document changed elsewhere: rejoin');
@@ -526,16 +546,142 @@ export class Room {
     this.settleIdle();
   }
 
+  /// After the store was found behind the published version (`conflict`): stores this
+  /// process's published document, which holds every acknowledged step, as the snapshot of a
+  /// new epoch, then sends the editors away (`stale`). They rejoin with the old epoch and
+  /// reload the whole document, so no version number ever names two different steps. The
+  /// room stays closed but registered until then, so a join meanwhile is answered
+  /// `unavailable` (retryable) rather than loading the store's older copy. Without
+  /// `Store.reset`, or when it fails, what the store holds is all that is left: the editors
+  /// reload it, and the loss is logged as an error.
+  private restartHistory(stored: StoredPosition, fenced = true): void {
+    if (this.restarting) return;
+    this.restarting = true;
+    this.close();
+    const version = this.publishedVersion;
+    const epoch = randomUUID();
+    const context = {
+      doc: this.docId,
+      epoch: this.epoch,
+      version,
+      storedEpoch: stored.epoch,
+      storedVersion: stored.version,
+    };
+    const done = (restarted: boolean): void => {
+      if (restarted) {
+        this.log.error(
+          { ...context, newEpoch: epoch },
+          'the store lost acknowledged steps of this document: restored them from memory under a new epoch; its editors reload',
+        );
+      }
+      this.transport.evict(this.docId, 'stale', 'The document changed elsewhere: rejoin');
+      this.onClose(this);
+      this.settleIdle();
+    };
+    const lost = (err: unknown): void => {
+      this.log.error(
+        { ...context, err },
+        'the store lost acknowledged steps of this document, and this copy could not replace them: they are gone',
+      );
+      done(false);
+    };
+    if (!this.store.reset) {
+      lost('the store cannot start a new epoch');
+      return;
+    }
+    let snapshot: Snapshot;
+    try {
+      snapshot = {
+        doc: this.publishedJSON(),
+        version,
+        epoch,
+        schemaVersion: this.options.schemaVersion,
+        savedAt: Date.now(),
+        // The new epoch goes on with the same version numbers, so the ledger still says which
+        // batch of each client landed last: a client whose acknowledgement was lost must not
+        // send it again, and one whose batch was refused above must (the client compares with
+        // what it saw confirmed before the epoch changed).
+        clients: this.recentClients(),
+      };
+    } catch (err) {
+      lost(err);
+      return;
+    }
+    let reset: ReturnType<NonNullable<Store['reset']>>;
+    try {
+      reset = this.store.reset(this.docId, snapshot, stored, fenced ? this.lease?.token : null);
+    } catch (err) {
+      reset = Promise.reject(err);
+    }
+    reset.then(
+      (outcome) => (outcome.ok ? done(true) : lost(`the store answered ${outcome.reason}`)),
+      lost,
+    );
+  }
+
   /// The store refused an append because the lease is gone (expired while this process was
   /// cut off, and taken by another): nothing of the group was written. Everything pending is
   /// refused `moved` and the editors go to the node that holds the document now.
-  private lostLease(group: PendingBatch[]): void {
+  ///
+  /// Unless the store is behind what this process published, in its epoch: then it went back
+  /// to an older state (a restart from an older file), which lost the lease with the steps, and
+  /// this copy is the only one of them. It is stored under a new epoch as after a `conflict`,
+  /// without the lease and only while nobody holds it: a new holder may have acknowledged
+  /// steps on the older copy, which this one must not overwrite (the loss is logged then).
+  private lostLease(group: PendingBatch[], stored?: StoredPosition): void {
     const refused = group.concat(this.pending);
     this.pending = [];
     this.flushing = false;
+    if (stored && this.regressed(stored)) {
+      this.refuseAll(refused, 'stale', stored.version);
+      this.restartHistory(stored, false);
+      return;
+    }
     this.refuseAll(refused, 'moved', this.publishedVersion);
     this.moved('the store refused an append: the lease is gone');
     this.settleIdle();
+  }
+
+  /// True when the store at `stored` lost steps this process published: it is behind them in
+  /// this epoch, or holds no such document.
+  private regressed(stored: StoredPosition): boolean {
+    return (
+      (stored.epoch === this.epoch || stored.epoch === null) &&
+      stored.version < this.publishedVersion
+    );
+  }
+
+  /// The lease was found gone outside an append (a renewal, a snapshot). Usually another
+  /// process serves the document now (`moved`). But a store that went back to an older state
+  /// loses the lease with the steps, and this copy is then the only one of them: where the
+  /// store stands decides, as in `lostLease`. The room stops taking batches while it asks.
+  leaseGone(reason: string): void {
+    if (this.state !== 'open') return;
+    this.close();
+    const decide = (stored: StoredPosition | null): void => {
+      if (stored && this.regressed(stored)) {
+        this.restartHistory(stored, false);
+        return;
+      }
+      this.log.warn({ doc: this.docId, version: this.publishedVersion, reason }, 'document moved');
+      this.transport.evict(this.docId, 'moved', errorBody('moved').message);
+      this.onClose(this);
+    };
+    let loaded: ReturnType<Store['load']>;
+    try {
+      loaded = this.store.load(this.docId);
+    } catch (err) {
+      loaded = Promise.reject(err);
+    }
+    loaded
+      .then(
+        (doc) =>
+          decide(doc ? { epoch: doc.epoch, version: doc.version } : { epoch: null, version: 0 }),
+        // Unreadable now: the usual case is the likely one.
+        () => decide(null),
+      )
+      // A throw here would be an unhandled rejection, which ends the process.
+      .catch((err: unknown) => this.log.error({ doc: this.docId, err }, 'lease loss not handled'));
   }
 
   /// Stops serving because another process owns the document now (the lease was lost, or

@@ -2,10 +2,12 @@ import type {
   AppendOutcome,
   AppendRequest,
   JournalEntry,
+  ResetOutcome,
   Snapshot,
   SnapshotOutcome,
   Store,
   StoredDocument,
+  StoredPosition,
 } from './store.js';
 
 interface MemoryRecord {
@@ -78,6 +80,23 @@ export class MemoryStore implements Store {
       drop++;
     }
     if (drop > 0) record.journal.splice(0, drop);
+    return { ok: true };
+  }
+
+  async reset(docId: string, snapshot: Snapshot, expected: StoredPosition): Promise<ResetOutcome> {
+    const record = this.records.get(docId);
+    const at: StoredPosition = record
+      ? { epoch: record.epoch, version: record.version }
+      : { epoch: null, version: 0 };
+    if (at.epoch !== expected.epoch || at.version !== expected.version) {
+      return { ok: false, reason: 'conflict' };
+    }
+    this.records.set(docId, {
+      epoch: snapshot.epoch,
+      version: snapshot.version,
+      snapshot,
+      journal: [],
+    });
     return { ok: true };
   }
 

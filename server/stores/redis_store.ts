@@ -8,10 +8,12 @@ import {
   type AppendRequest,
   type JournalEntry,
   type LeaseStore,
+  type ResetOutcome,
   type Snapshot,
   type SnapshotOutcome,
   type Store,
   type StoredDocument,
+  type StoredPosition,
 } from './store.js';
 
 /// The few logger methods the Redis store uses; a pino logger fits.
@@ -44,19 +46,28 @@ const maxReconnectDelayMs = 2000;
 // of decoding (with cjson, in Redis's single thread) whole entries full of steps. JSON.stringify
 // never emits a raw newline, so the first newline is always the separator.
 
-// KEYS: meta, journal, lease. ARGV: epoch, baseVersion, endVersion, encoded entry, lease token
+// KEYS: meta, journal, lease, snapshot. ARGV: epoch, baseVersion, endVersion, encoded entry, lease token
 // ('' for none). Returns {1, version} when appended, {0, storedVersion, storedEpoch} on
-// conflict ('' when the document does not exist), {2} when the lease is not (or no longer) the
-// writer's: the fencing that keeps a process that lost its lease from writing. Never returns a
+// conflict ('' when the document does not exist), {2, storedVersion, storedEpoch} when the
+// lease is not (or no longer) the writer's: the fencing that keeps a process that lost its
+// lease from writing (the position lets it tell a Redis that went back to an older state). Never returns a
 // Lua false: RESP3 would turn it into a boolean.
+//
+// A document is created (base 0, no meta hash) only where none of its keys exist: a journal or
+// snapshot left without its meta hash (evicted, partly lost, deleted by hand) would otherwise
+// be extended, and the next load would mix the old entries into the new history and refuse
+// every acknowledged step of it. Such leftovers answer as a conflict: the room reloads, and the
+// load quarantines the document as corrupt.
 const appendScript = `
-if ARGV[5] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[5] then return {2} end
 local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch')
+if ARGV[5] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[5] then
+  return {2, tonumber(meta[1]) or 0, meta[2] or ''}
+end
 local base = tonumber(ARGV[2])
 if not meta[1] then
-  if base ~= 0 then return {0, 0, ''} end
+  if base ~= 0 or redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) > 0 then return {0, 0, ''} end
 elseif meta[2] ~= ARGV[1] or tonumber(meta[1]) ~= base then
-  return {0, tonumber(meta[1]), meta[2]}
+  return {0, tonumber(meta[1]), meta[2] or ''}
 end
 redis.call('RPUSH', KEYS[2], ARGV[4])
 redis.call('HSET', KEYS[1], 'version', ARGV[3], 'epoch', ARGV[1])
@@ -65,44 +76,78 @@ return {1, tonumber(ARGV[3])}
 
 // KEYS: meta, journal, snapshot, lease. ARGV: epoch, snapshot version, snapshot JSON, lease
 // token ('' for none). Returns 'ok', 'conflict', 'outdated' or 'lost' (the meanings of
-// `SnapshotOutcome`). Trims in chunks with LRANGE + LTRIM rather than one LPOP per entry.
+// `SnapshotOutcome`), or 'corrupt' when a journal entry it must read has no numeric end
+// prefix. Redis does not roll a script back when it fails half-way, so every check, the
+// prefixes of the entries to trim included, comes before the first write: a failed snapshot
+// writes nothing. The entries are read in chunks with LRANGE and trimmed with one LTRIM rather
+// than one LPOP each.
 const snapshotScript = `
 if ARGV[4] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[4] then return 'lost' end
 local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch', 'snapshotVersion')
 local sv = tonumber(ARGV[2])
 if not meta[1] then
-  if sv ~= 0 then return 'conflict' end
-  redis.call('HSET', KEYS[1], 'version', 0, 'epoch', ARGV[1])
+  if sv ~= 0 or redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) > 0 then return 'conflict' end
 elseif meta[2] ~= ARGV[1] or tonumber(meta[1]) < sv then
   return 'conflict'
 elseif meta[3] and tonumber(meta[3]) >= sv then
   return 'outdated'
 end
+local covered = 0
+while true do
+  local head = redis.call('LRANGE', KEYS[2], covered, covered + 127)
+  local done = #head < 128
+  for i = 1, #head do
+    local prefix = string.match(head[i], '^(%d+)\\n')
+    if not prefix then return 'corrupt' end
+    if tonumber(prefix) > sv then
+      done = true
+      break
+    end
+    covered = covered + 1
+  end
+  if done then break end
+end
+if not meta[1] then redis.call('HSET', KEYS[1], 'version', 0, 'epoch', ARGV[1]) end
 redis.call('SET', KEYS[3], ARGV[3])
 redis.call('HSET', KEYS[1], 'snapshotVersion', ARGV[2])
-while true do
-  local head = redis.call('LRANGE', KEYS[2], 0, 127)
-  local covered = 0
-  for i = 1, #head do
-    local nl = string.find(head[i], '\\n', 1, true)
-    if tonumber(string.sub(head[i], 1, nl - 1)) > sv then break end
-    covered = i
-  end
-  if covered == 0 then break end
-  redis.call('LTRIM', KEYS[2], covered, -1)
-  if covered < #head then break end
-end
+if covered > 0 then redis.call('LTRIM', KEYS[2], covered, -1) end
 return 'ok'
 `;
 
-// KEYS: meta, journal, snapshot. Returns '' for an unknown document, else
-// {version, epoch, snapshot JSON or '', {encoded entries}}: one script, so the three reads see
-// one state even while appends and snapshots of the document run on other servers.
+// KEYS: meta, journal, snapshot, lease. ARGV: expected epoch ('' for a document that must not
+// exist), expected version, new epoch, snapshot version, snapshot JSON, lease token ('' for
+// none), '1' when nobody may hold the lease. Returns 'ok', 'conflict' (the document is not where
+// the caller saw it) or 'lost'.
+// Replaces the whole history: journal gone, snapshot and meta hash of the new epoch.
+const resetScript = `
+if ARGV[6] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[6] then return 'lost' end
+if ARGV[7] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then return 'lost' end
+local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch')
+if ARGV[1] == '' then
+  if meta[1] then return 'conflict' end
+elseif meta[2] ~= ARGV[1] or tonumber(meta[1]) ~= tonumber(ARGV[2]) then
+  return 'conflict'
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('SET', KEYS[3], ARGV[5])
+redis.call('HSET', KEYS[1], 'version', ARGV[4], 'epoch', ARGV[3], 'snapshotVersion', ARGV[4])
+return 'ok'
+`;
+
+// KEYS: meta, journal, snapshot. Returns '' for an unknown document, 'orphan' when there is no
+// meta version but one of the keys exists (a journal or snapshot whose meta hash is gone, or a
+// meta hash without its version), else {version, epoch or '', snapshot JSON or '',
+// {encoded entries}}: one script, so the three reads see one state even while appends and
+// snapshots of the document run on other servers. A missing epoch is sent as '' because a nil
+// would end the reply's array early.
 const loadScript = `
 local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch')
-if not meta[1] then return '' end
+if not meta[1] then
+  if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) > 0 then return 'orphan' end
+  return ''
+end
 local snapshot = redis.call('GET', KEYS[3]) or ''
-return {meta[1], meta[2], snapshot, redis.call('LRANGE', KEYS[2], 0, -1)}
+return {meta[1], meta[2] or '', snapshot, redis.call('LRANGE', KEYS[2], 0, -1)}
 `;
 
 // KEYS: lease, fence, wanted, home. ARGV: holder, ttl (ms), node id, node key prefix. A holder
@@ -180,6 +225,7 @@ function script(source: string): Script {
 const scripts = {
   append: script(appendScript),
   snapshot: script(snapshotScript),
+  reset: script(resetScript),
   load: script(loadScript),
   acquire: script(acquireScript),
   renew: script(renewScript),
@@ -187,10 +233,21 @@ const scripts = {
   release: script(releaseScript),
 };
 
-// Redis answers that mean "not now" rather than "your script is wrong": out of memory under
-// noeviction, a replica or a loading server after failover, a script still running.
+// Redis answers that mean "not now" or "not allowed" rather than "your script is wrong": out of
+// memory under noeviction, a replica or a loading server after failover, a script still
+// running, writes stopped after a failed save (MISCONF: a full disk), and the credentials or
+// ACL refusing a command. None says anything about the document, which must not be
+// quarantined as damaged for them: the store is unavailable until the operator or Redis mends
+// it.
+// Redis refusing the credentials of the connection itself (the URL's user or password).
+const credentialReplies = /^(WRONGPASS|NOAUTH|NOPERM)/;
+
 const unavailableReplies =
-  /^(OOM|READONLY|LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|NOREPLICAS)/;
+  /^(OOM|READONLY|LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|MISCONF|NOPERM|NOAUTH|WRONGPASS)/;
+
+/// A version as Redis holds it: decimal digits only (no sign, exponent, fraction or spaces,
+/// which `Number` would all accept).
+const decimal = /^\d+$/;
 
 /// A store on Redis (one server; the keys are Cluster-ready). Each append and each snapshot is
 /// one Lua script, so the compare-and-set and the fencing hold across any number of server
@@ -224,6 +281,8 @@ export class RedisStore implements Store {
   private readonly logger: RedisStoreLogger | null;
   /// False from the first connection error until the next 'ready': logs once per outage.
   private healthy = true;
+  /// The last refusal of this store's credentials by Redis (its message), while it lasts.
+  private refusal: string | null = null;
   private closed = false;
   /// When the current client last showed it was alive: created, ready, or answered a PING.
   private lastAnswerAt: number;
@@ -269,30 +328,59 @@ export class RedisStore implements Store {
     }
   }
 
+  /// Redis's answer when it last refused this store's credentials (a wrong password or user in
+  /// the URL), or null once it takes them, or when it never refused them. Connecting again
+  /// cannot mend that: a server starting with it should stop and say so.
+  get credentialsRefused(): string | null {
+    return this.refusal;
+  }
+
   /// Sends PING. Resolves when Redis answers; rejects with `StoreUnavailableError` when it
   /// cannot be reached or does not answer within `commandTimeoutMs`. For health checks.
   async ping(): Promise<void> {
     await this.command(['PING']);
   }
 
+  /// Loads a document; null when none of its keys exist. Throws a `TypeError` (the document is
+  /// then quarantined as corrupt) when what is stored cannot be trusted: a meta hash without a
+  /// decimal version or a non-empty epoch, journal or snapshot keys without a meta hash, an
+  /// entry whose `<end>` prefix is missing or disagrees with the entry, or a snapshot of
+  /// another epoch. Serving such a document would hand out a meaningless epoch ("null"), or
+  /// build a new history on top of an old one's leftovers.
   async load(docId: string): Promise<StoredDocument | null> {
     const keys = docKeys(this.keyPrefix, docId);
     const reply = await this.run(scripts.load, [keys.meta, keys.journal, keys.snapshot], []);
     if (reply === '') return null;
+    if (reply === 'orphan')
+      throw new TypeError('redis store: journal or snapshot keys without a meta version');
     if (!Array.isArray(reply) || reply.length !== 4 || !Array.isArray(reply[3]))
       throw new TypeError('redis store: unexpected load reply');
     const [version, epoch, snapshotJSON, encoded] = reply as [unknown, unknown, unknown, unknown[]];
+    if (typeof version !== 'string' || !decimal.test(version) || !Number.isSafeInteger(+version))
+      throw new TypeError(`redis store: meta version ${JSON.stringify(version)} is not a count`);
+    if (typeof epoch !== 'string' || epoch === '')
+      throw new TypeError('redis store: meta hash without an epoch');
     const snapshot =
       typeof snapshotJSON === 'string' && snapshotJSON !== ''
         ? parseSnapshot(JSON.parse(snapshotJSON))
         : null;
+    if (snapshot && snapshot.epoch !== epoch)
+      throw new TypeError(`redis store: snapshot of epoch ${snapshot.epoch}, meta says ${epoch}`);
     const journal: JournalEntry[] = [];
     for (let i = 0; i < encoded.length; i++) {
       const text = String(encoded[i]);
-      journal.push(parseJournalEntry(JSON.parse(text.slice(text.indexOf('\n') + 1))));
+      const nl = text.indexOf('\n');
+      const prefix = nl < 0 ? '' : text.slice(0, nl);
+      if (!decimal.test(prefix))
+        throw new TypeError(`redis store: journal entry ${i} has no <end> prefix`);
+      const entry = parseJournalEntry(JSON.parse(text.slice(nl + 1)));
+      // The snapshot script trims by the prefix: one that lies would trim steps never covered.
+      if (Number(prefix) !== entryEnd(entry))
+        throw new TypeError(`redis store: journal entry ${i} says it ends at ${prefix}`);
+      journal.push(entry);
     }
     return {
-      epoch: String(epoch),
+      epoch,
       version: Number(version),
       snapshot,
       journal: snapshot ? entriesAfter(journal, snapshot.version) : journal,
@@ -309,7 +397,7 @@ export class RedisStore implements Store {
     const end = entryEnd(entry);
     const reply = await this.run(
       scripts.append,
-      [keys.meta, keys.journal, keys.lease],
+      [keys.meta, keys.journal, keys.lease, keys.snapshot],
       [
         request.epoch,
         String(request.baseVersion),
@@ -320,8 +408,12 @@ export class RedisStore implements Store {
     );
     if (!Array.isArray(reply)) throw new TypeError('redis store: unexpected append reply');
     if (reply[0] === 1) return { ok: true, version: Number(reply[1]) };
-    if (reply[0] === 2) return { ok: false, reason: 'lost' };
     const epoch = reply[2] === '' || reply[2] == null ? null : String(reply[2]);
+    if (reply[0] === 2) {
+      return reply.length >= 3
+        ? { ok: false, reason: 'lost', stored: { epoch, version: Number(reply[1]) } }
+        : { ok: false, reason: 'lost' };
+    }
     return { ok: false, reason: 'conflict', version: Number(reply[1]), epoch };
   }
 
@@ -336,7 +428,35 @@ export class RedisStore implements Store {
     if (reply === 'conflict' || reply === 'outdated' || reply === 'lost') {
       return { ok: false, reason: reply };
     }
+    if (reply === 'corrupt')
+      throw new TypeError('redis store: a journal entry has no <end> prefix; nothing was written');
     throw new TypeError('redis store: unexpected snapshot reply');
+  }
+
+  /// See `Store.reset`: one script, so the check and the replacement are one step.
+  async reset(
+    docId: string,
+    snapshot: Snapshot,
+    expected: StoredPosition,
+    lease?: string | null,
+  ): Promise<ResetOutcome> {
+    const keys = docKeys(this.keyPrefix, docId);
+    const reply = await this.run(
+      scripts.reset,
+      [keys.meta, keys.journal, keys.snapshot, keys.lease],
+      [
+        expected.epoch ?? '',
+        String(expected.version),
+        snapshot.epoch,
+        String(snapshot.version),
+        JSON.stringify(snapshot),
+        lease ?? '',
+        lease === null ? '1' : '',
+      ],
+    );
+    if (reply === 'ok') return { ok: true };
+    if (reply === 'conflict' || reply === 'lost') return { ok: false, reason: reply };
+    throw new TypeError('redis store: unexpected reset reply');
   }
 
   /// Document leases in the same Redis (see `LeaseStore`): one script per call, so that the
@@ -428,10 +548,14 @@ export class RedisStore implements Store {
     // crash the process.
     client.on('error', (error: unknown) => {
       if (client !== this.client) return;
+      if (error instanceof ErrorReply && credentialReplies.test(error.message)) {
+        this.refusal = error.message;
+      }
       this.lost({ err: error }, 'redis store: connection lost, reconnecting');
     });
     client.on('ready', () => {
       if (client !== this.client) return;
+      this.refusal = null;
       this.lastAnswerAt = performance.now();
       for (const resolve of this.readyWaiters) resolve();
       if (this.healthy) return;

@@ -41,7 +41,9 @@ export interface AppendRequest extends JournalEntry {
 export type AppendOutcome =
   | { ok: true; version: number }
   | { ok: false; reason: 'conflict'; version: number; epoch: string | null }
-  | { ok: false; reason: 'lost' };
+  /// `stored`: where the document stands in the store, when the store can tell (a store that
+  /// went back to an older state may have lost the lease with the steps: see `Room`).
+  | { ok: false; reason: 'lost'; stored?: StoredPosition };
 
 /// The outcome of a snapshot write. `conflict`: the stored document is of another epoch or
 /// behind the snapshot (it was never journaled). `outdated`: a newer snapshot is already stored;
@@ -49,6 +51,17 @@ export type AppendOutcome =
 /// `lost`: the writer's lease is no longer the document's (see `AppendRequest.lease`).
 export type SnapshotOutcome =
   { ok: true } | { ok: false; reason: 'conflict' | 'outdated' | 'lost' };
+
+/// Where a document stood in the store when an append found it behind: its epoch (null when
+/// the store holds no such document) and version. `Store.reset` replaces it only from there.
+export interface StoredPosition {
+  epoch: string | null;
+  version: number;
+}
+
+/// The outcome of `Store.reset`. `conflict`: the stored document is no longer where the caller
+/// saw it (another writer moved it on); nothing was written. `lost`: the lease is gone.
+export type ResetOutcome = { ok: true } | { ok: false; reason: 'conflict' | 'lost' };
 
 /// What `load` returns: the newest snapshot (null when none was written yet) and the journal
 /// entries after it, in order, ending at `version`.
@@ -114,6 +127,21 @@ export interface Store {
   /// journal has reached `snapshot.version` in the same epoch; never replaces a newer snapshot.
   /// With `lease` (a `Lease.token`), refused (`lost`) unless that lease is still the document's.
   snapshot(docId: string, snapshot: Snapshot, lease?: string): Promise<SnapshotOutcome>;
+  /// Replaces the document's whole stored history with `snapshot`, a new epoch starting at
+  /// `snapshot.version` with an empty journal, if the stored document is still at `expected`.
+  /// For a store found to have gone backwards (restored from an older state, or its last
+  /// writes lost): the process still serving the document holds every acknowledged step in
+  /// memory, and a new epoch makes every editor reload instead of reusing version numbers
+  /// that already named other steps. Optional: without it such a room only reloads. `lease`:
+  /// a `Lease.token`, refused (`lost`) unless that lease is still the document's; `null`,
+  /// refused (`lost`) while anyone holds the document's lease (a process whose lease went with
+  /// the lost steps must not overwrite what a new holder has acknowledged since).
+  reset?(
+    docId: string,
+    snapshot: Snapshot,
+    expected: StoredPosition,
+    lease?: string | null,
+  ): Promise<ResetOutcome>;
   /// Releases connections and handles. The store is unusable afterwards.
   close(): Promise<void>;
   /// Present on stores that several processes share (Redis).

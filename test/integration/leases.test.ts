@@ -65,7 +65,12 @@ describe('the Redis store`s leases', () => {
       ...appendOf(history, 'e', 2, 4),
       lease: 'node-b/1#999',
     });
-    assert.deepEqual(forged, { ok: false, reason: 'lost' });
+    // It is told where the document stands (what tells a store gone back to an older state).
+    assert.deepEqual(forged, {
+      ok: false,
+      reason: 'lost',
+      stored: { epoch: 'e', version: 2 },
+    });
     assert.equal((await store.load('fenced'))!.version, 2);
 
     // Handover: b asks, a sees it at its renewal, releases; b takes it with the next number.
@@ -79,7 +84,7 @@ describe('the Redis store`s leases', () => {
     assert.equal(await leases.renew('fenced', 'node-a/1', lease, 5000), 'lost');
     assert.deepEqual(
       await store.append('fenced', { ...appendOf(history, 'e', 2, 4), lease: lease.token }),
-      { ok: false, reason: 'lost' },
+      { ok: false, reason: 'lost', stored: { epoch: 'e', version: 2 } },
     );
     const stored = await store.load('fenced');
     assert.deepEqual(

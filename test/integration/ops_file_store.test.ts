@@ -16,7 +16,12 @@ import {
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { DirectoryLockedError, lockFileName } from '../../server/stores/directory_lock.js';
+import {
+  DirectoryLockedError,
+  lockFileName,
+  lockRefreshMs,
+  lockStaleAfterMs,
+} from '../../server/stores/directory_lock.js';
 import { FileStore } from '../../server/stores/file_store.js';
 import { StoreUnavailableError } from '../../server/stores/store.js';
 import { releaseReader, releaseWriter, wedge } from '../support/fifo.js';
@@ -147,6 +152,78 @@ describe('FileStore directory lock', () => {
       await store.close();
     }
   });
+
+  it('refuses a live lock from another PID namespace whatever its pid, until it is no longer refreshed', async () => {
+    // Two containers sharing a host name and a volume, each server pid 1: from here, the
+    // other's pid says nothing, ours included. Its refreshes say it is alive.
+    const bootId = (await readFile('/proc/sys/kernel/random/boot_id', 'utf8')).trim();
+    for (const pid of [process.pid, 1]) {
+      const dir = await dataDir();
+      const path = join(dir, lockFileName);
+      await writeLock(dir, {
+        pid,
+        hostname: hostname(),
+        pidNamespace: 'pid:[1]',
+        bootId,
+      });
+      assert.throws(
+        () => new FileStore({ dataDir: dir }),
+        (error: unknown) =>
+          error instanceof DirectoryLockedError &&
+          /another PID namespace/.test(error.message) &&
+          error.message.includes(`process ${pid}`),
+      );
+      // Its holder stopped refreshing it: gone.
+      const lapsed = new Date(Date.now() - lockStaleAfterMs - 1000);
+      await utimes(path, lapsed, lapsed);
+      const logger = recorder();
+      const store = new FileStore({ dataDir: dir, logger });
+      assert.match(logger.warnings.join('\n'), /another PID namespace or boot/);
+      await store.close();
+    }
+  });
+
+  it('refreshes its own lock while it holds the directory, and records where its pid means something', async () => {
+    const dir = await dataDir();
+    const path = join(dir, lockFileName);
+    const store = new FileStore({ dataDir: dir });
+    try {
+      const lock = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+      assert.match(String(lock['pidNamespace']), /^pid:\[\d+\]$/);
+      assert.equal(typeof lock['bootId'], 'string');
+      const old = new Date(Date.now() - 60_000);
+      await utimes(path, old, old);
+      await delay(lockRefreshMs + 500);
+      assert.ok(Date.now() - (await stat(path)).mtimeMs < lockRefreshMs + 500);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it(
+    'keeps serving while a refresh of its lock hangs on the disk',
+    { timeout: 20_000 },
+    async () => {
+      const dir = await dataDir();
+      const path = join(dir, lockFileName);
+      const store = new FileStore({ dataDir: dir });
+      // The lock file becomes a FIFO: the next refresh's read hangs in open(2).
+      const content = await wedge(path);
+      try {
+        // The event loop goes on through a refresh tick (a read on it would freeze it for good).
+        const started = Date.now();
+        await delay(lockRefreshMs + 500);
+        assert.ok(Date.now() - started < lockRefreshMs + 1500);
+        assert.deepEqual(await store.append('served', appendOf(typingHistory(2), 'e', 0, 2)), {
+          ok: true,
+          version: 2,
+        });
+      } finally {
+        await releaseReader(path, content!, content!);
+        await store.close();
+      }
+    },
+  );
 
   it('takes over an unreadable lock file only once it is old enough not to be in the making', async () => {
     const dir = await dataDir();

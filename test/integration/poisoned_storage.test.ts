@@ -228,6 +228,105 @@ const poisons: Poison[] = [
     },
   },
   {
+    name: 'a meta hash without an epoch',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.hSet(keys.meta, { version: '1' });
+      await client.rPush(keys.journal, `1\n${entry(0, typed('a').steps)}`);
+    },
+  },
+  {
+    name: 'a meta hash with an empty epoch',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.hSet(keys.meta, { version: '0', epoch: '' });
+    },
+  },
+  {
+    name: 'a version that is a number but not a count',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.hSet(keys.meta, { version: '1.0', epoch });
+      await client.rPush(keys.journal, `1\n${entry(0, typed('a').steps)}`);
+    },
+  },
+  {
+    name: 'a journal without its meta hash',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.rPush(keys.journal, `1\n${entry(0, typed('a').steps)}`);
+    },
+  },
+  {
+    name: 'a snapshot without its meta hash',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.set(keys.snapshot, snapshot(JSON.stringify(emptyDoc().toJSON()), 0));
+    },
+  },
+  {
+    name: 'a journal entry without its <end> prefix',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.hSet(keys.meta, { version: '1', epoch });
+      await client.rPush(keys.journal, entry(0, typed('a').steps));
+    },
+  },
+  {
+    name: 'a journal entry whose <end> prefix is not its end',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.hSet(keys.meta, { version: '1', epoch });
+      await client.rPush(keys.journal, `7\n${entry(0, typed('a').steps)}`);
+    },
+  },
+  {
+    name: 'a snapshot of another epoch',
+    only: 'redis',
+    snapshot: null,
+    journal: [],
+    version: 0,
+    writeRedis: async (client, keys) => {
+      await client.hSet(keys.meta, { version: '0', epoch });
+      await client.set(
+        keys.snapshot,
+        snapshot(JSON.stringify(emptyDoc().toJSON()), 0).replace(epoch, 'another-epoch'),
+      );
+    },
+  },
+  {
+    // Written by a server with a higher MAX_DOC_BYTES: served, every join answer would carry
+    // more than the socket buffer holds, and end in a slow-consumer disconnect.
+    name: 'a snapshot larger than MAX_DOC_BYTES',
+    snapshot: snapshot(
+      `{"type":"doc","content":[{"type":"paragraph","content":[{"type":"text","text":"${'x'.repeat(300_000)}"}]}]}`,
+      0,
+    ),
+    journal: [],
+    version: 0,
+  },
+  {
     // The crash loop of the issue: an old server accepted wraps one by one and crashed on the
     // first snapshot of the result; every restart replayed them and crashed again.
     name: '2,000 wrap steps journaled by an old server',

@@ -9,8 +9,10 @@ import {
   appendOf,
   deleteRedisKeys,
   redisForTests,
+  snapshotOf,
   typingHistory,
 } from '../support/store_fixtures.js';
+import { docKeys } from '../../server/stores/redis_keys.js';
 import { TcpProxy } from '../support/tcp_proxy.js';
 
 const { redisUrl, redisPort, keyPrefix } = redisForTests();
@@ -139,6 +141,102 @@ describe('RedisStore', () => {
     } finally {
       await store.close();
       await proxy.stop();
+    }
+  });
+  it('never creates a document over keys its meta hash left behind', async () => {
+    const store = new RedisStore({ url: redisUrl, keyPrefix });
+    const client = createClient({ url: redisUrl });
+    await client.connect();
+    try {
+      await store.ready();
+      for (const leftover of ['journal', 'snapshot'] as const) {
+        const docId = `orphan-${leftover}-${randomUUID()}`;
+        const keys = docKeys(keyPrefix, docId);
+        if (leftover === 'journal') {
+          await client.rPush(keys.journal, `2\n${JSON.stringify(appendOf(history, 'old', 0, 2))}`);
+        } else {
+          await client.set(keys.snapshot, JSON.stringify(snapshotOf(history, 'old', 2)));
+        }
+        // Extending the leftovers would make a history the next load refuses, acknowledged
+        // steps and all: the first append and the first snapshot are refused instead.
+        assert.deepEqual(await store.append(docId, appendOf(history, epoch, 0, 1)), {
+          ok: false,
+          reason: 'conflict',
+          version: 0,
+          epoch: null,
+        });
+        assert.deepEqual(await store.snapshot(docId, snapshotOf(history, epoch, 0)), {
+          ok: false,
+          reason: 'conflict',
+        });
+        assert.equal(await client.exists(keys.meta), 0);
+        assert.equal(await client.lLen(keys.journal), leftover === 'journal' ? 1 : 0);
+        await assert.rejects(store.load(docId), TypeError);
+      }
+    } finally {
+      await client.close();
+      await store.close();
+    }
+  });
+
+  it('writes nothing of a snapshot whose trim meets an entry without its <end> prefix', async () => {
+    const store = new RedisStore({ url: redisUrl, keyPrefix });
+    const client = createClient({ url: redisUrl });
+    await client.connect();
+    try {
+      await store.ready();
+      const docId = `unprefixed-${randomUUID()}`;
+      const keys = docKeys(keyPrefix, docId);
+      await client.hSet(keys.meta, { version: '2', epoch });
+      await client.rPush(keys.journal, [
+        JSON.stringify(appendOf(history, epoch, 0, 1)),
+        `2\n${JSON.stringify(appendOf(history, epoch, 1, 2))}`,
+      ]);
+      await assert.rejects(store.snapshot(docId, snapshotOf(history, epoch, 2)), TypeError);
+      // Redis keeps what a script wrote before it failed: the checks come first.
+      assert.equal(await client.exists(keys.snapshot), 0);
+      assert.equal(await client.hGet(keys.meta, 'snapshotVersion'), null);
+      assert.equal(await client.lLen(keys.journal), 2);
+      await assert.rejects(store.load(docId), /no <end> prefix/);
+    } finally {
+      await client.close();
+      await store.close();
+    }
+  });
+
+  it('calls a Redis that refuses a command (ACL, a failed save) unavailable, not the document damaged', async () => {
+    // A private Redis whose user may not run scripts: every store call is refused NOPERM, as
+    // every write is refused MISCONF once a save failed. Neither says anything of the
+    // document, which a load failing otherwise would quarantine as corrupt.
+    const redis = new RedisProcess();
+    await redis.start();
+    const admin = createClient({ url: redis.url });
+    await admin.connect();
+    const store = new RedisStore({
+      url: `redis://limited:a-password@127.0.0.1:${redis.port}`,
+      keyPrefix,
+    });
+    try {
+      await admin.sendCommand([
+        'ACL',
+        'SETUSER',
+        'limited',
+        'on',
+        '>a-password',
+        '~*',
+        '+@all',
+        '-@scripting',
+      ]);
+      await store.ready();
+      await assert.rejects(store.load('refused'), StoreUnavailableError);
+      await assert.rejects(
+        store.append('refused', appendOf(history, epoch, 0, 1)),
+        StoreUnavailableError,
+      );
+    } finally {
+      await store.close();
+      await admin.close();
+      await redis.kill();
     }
   });
 });

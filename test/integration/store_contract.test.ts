@@ -287,6 +287,54 @@ for (const implementation of implementations) {
       await tearDown();
     });
 
+    it('resets a document to a new epoch only from where the caller saw it', async (t) => {
+      await setUp();
+      if (!store.reset) {
+        await tearDown();
+        t.skip('this store has no reset');
+        return;
+      }
+      await store.append(docId, appendOf(history, epoch, 0, 5));
+      await store.snapshot(docId, snapshotOf(history, epoch, 3));
+      // Not where the store is: nothing changes.
+      for (const expected of [
+        { epoch, version: 4 },
+        { epoch: 'epoch-0', version: 5 },
+        { epoch: null, version: 0 },
+      ]) {
+        assert.deepEqual(await store.reset(docId, snapshotOf(history, 'epoch-2', 7), expected), {
+          ok: false,
+          reason: 'conflict',
+        });
+      }
+      assert.equal((await store.load(docId))?.version, 5);
+      // From where it is: the history is the snapshot alone, and goes on from there.
+      assert.deepEqual(
+        await store.reset(docId, snapshotOf(history, 'epoch-2', 7), { epoch, version: 5 }),
+        { ok: true },
+      );
+      let stored = await store.load(docId);
+      assert.equal(stored?.epoch, 'epoch-2');
+      assert.equal(stored?.version, 7);
+      assert.deepEqual(stored?.journal, []);
+      assert.ok(reconstruct(stored!).eq(history.docs[7]!));
+      assert.equal((await store.append(docId, appendOf(history, epoch, 7, 8))).ok, false);
+      assert.deepEqual(await store.append(docId, appendOf(history, 'epoch-2', 7, 9)), {
+        ok: true,
+        version: 9,
+      });
+      stored = await store.load(docId);
+      assert.ok(reconstruct(stored!).eq(history.docs[9]!));
+      // A document the store lost altogether.
+      const gone = `${docId}:gone`;
+      assert.deepEqual(
+        await store.reset(gone, snapshotOf(history, 'epoch-3', 4), { epoch: null, version: 0 }),
+        { ok: true },
+      );
+      assert.equal((await store.load(gone))?.version, 4);
+      await tearDown();
+    });
+
     it('keeps documents apart', async () => {
       await setUp();
       const other = `${docId}:other`;

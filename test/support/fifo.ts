@@ -34,12 +34,18 @@ export async function releaseReader(
   }
 }
 
-/// Releases a writer blocked opening the FIFO at `path`: opens its read end, which lets the
-/// writer's open return (its fsync then fails: a FIFO cannot be synced), and removes the FIFO,
-/// so that the next open of `path` creates a regular file. Resolves with what was written.
+/// Releases a writer blocked opening the FIFO at `path`: moves the FIFO aside, opens its read
+/// end, which lets the writer's open return (its fsync then fails: a FIFO cannot be synced),
+/// and removes it, so that the next open of `path` creates a regular file. Resolves with what
+/// was written.
 export async function releaseWriter(path: string): Promise<string> {
-  const fifo = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  await rm(path, { force: true });
+  // Aside first: once the writer fails, the store may open `path` again to read it back. A
+  // read open of the FIFO would block for a writer that never comes and hold a pool thread for
+  // good, which also keeps the test process from exiting.
+  const aside = `${path}.released`;
+  await rename(path, aside);
+  const fifo = await open(aside, constants.O_RDONLY | constants.O_NONBLOCK);
+  await rm(aside, { force: true });
   let text = '';
   const buffer = Buffer.alloc(65536);
   // The writer writes, then fails its fsync and closes: read until it has closed.
