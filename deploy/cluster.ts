@@ -87,6 +87,10 @@ function startNode(index: number): NodeProcess {
       TRUST_PROXY: 'loopback',
     },
     stdio: ['ignore', 'inherit', 'inherit'],
+    // A process group of its own: Ctrl-C signals the terminal's whole group, and a node that
+    // got that SIGINT and then ours would take ours for a second signal and exit at once,
+    // without saving or releasing its leases. Each node hears from `stop` only, once.
+    detached: true,
   });
   const node = { id, port, url: `http://127.0.0.1:${port}`, child };
   child.on('exit', (code, signal) => {
@@ -122,7 +126,17 @@ async function ready(url: string, timeoutMs: number, path = '/readyz'): Promise<
   }
 }
 
-async function stop(code: number): Promise<never> {
+let stopped: Promise<never> | null = null;
+
+/// Stops every node (SIGTERM: their graceful shutdown) and the gateway, then exits with `code`.
+/// Once: Ctrl-C under npm brings a SIGINT from the terminal and another forwarded by npm, and
+/// a second SIGTERM would make each node exit without waiting for its shutdown.
+function stop(code: number): Promise<never> {
+  stopped ??= stopOnce(code);
+  return stopped;
+}
+
+async function stopOnce(code: number): Promise<never> {
   stopping = true;
   const exits = nodes.map(
     (node) =>
@@ -147,6 +161,12 @@ async function stop(code: number): Promise<never> {
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => void stop(0));
 }
+// Detached children outlive this process unless told: should it end any other way (a bug),
+// they go with it rather than hold their ports and leases.
+process.on('exit', () => {
+  for (const node of nodes) node.child.kill('SIGKILL');
+  gateway?.kill('SIGKILL');
+});
 
 try {
   for (let i = 0; i < count; i++) nodes.push(startNode(i));
@@ -164,7 +184,8 @@ try {
   gateway = spawn(
     process.env['NGINX'] ?? (existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx'),
     ['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log'), '-g', 'daemon off;'],
-    { stdio: ['ignore', 'inherit', 'inherit'] },
+    // Its own group too, so it gets only our SIGQUIT (a graceful stop), not the terminal's.
+    { stdio: ['ignore', 'inherit', 'inherit'], detached: true },
   );
   gateway.on('error', (err) => {
     console.error(`cluster: nginx could not start (${err.message}): apt-get install nginx-light`);

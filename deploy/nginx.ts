@@ -26,8 +26,8 @@ const nodePattern = /^[A-Za-z0-9.-]+:\d{1,5}$/;
 /// the documents of its part of the ring. A node that refuses connections or times out is
 /// marked failed for `failTimeoutSec` (passive health: `max_fails=1`) and the request goes to
 /// the next node on the ring (`proxy_next_upstream`), which takes the document's lease once the
-/// dead node's expires. Everything else (the web editor, the dashboard, health) goes to any
-/// node.
+/// dead node's expires. `/metrics…` and `/dashboard…` answer 404 at the gateway (each node is
+/// scraped directly). Everything else (the web editor, health) goes to any node.
 export function renderNginxConfig(options: GatewayOptions): string {
   if (options.nodes.length === 0) throw new TypeError('the gateway needs at least one node');
   for (const node of options.nodes) {
@@ -109,6 +109,16 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
       set $scriptorium_doc $1;
       proxy_pass http://scriptorium_documents;
       proxy_set_header Connection "";
+    }
+
+    # Metrics and the dashboard are per node, scraped from each node directly: through the
+    # gateway they would come from whichever node is least busy (series flipping between
+    # nodes, counters seeming to reset), and on a platform where the gateway is the only
+    # public service they would be open to the internet. Case-insensitive, as the nodes'
+    # routing is. The body has the shape of the nodes' coded errors.
+    location ~* ^/(metrics|dashboard)(/|$) {
+      default_type application/json;
+      return 404 '{"code":"not-found","message":"Metrics and the dashboard are per node: ask each node directly","retryable":false}';
     }
 
     location / {

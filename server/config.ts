@@ -1,3 +1,4 @@
+import { createPublicKey } from 'node:crypto';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { parseOrigins } from './protocol/origins.js';
@@ -74,7 +75,9 @@ export interface Config {
   authPublicKey: string | null;
   /// `off` (from `AUTH=off`): open mode on purpose, which `NODE_ENV=production` requires.
   auth: 'auto' | 'off';
-  /// `NODE_ENV`: `production` refuses to start in open mode unless `auth` is `off`.
+  /// `NODE_ENV`: `production` refuses to start in open mode unless `auth` is `off`. One of
+  /// `nodeEnvironments`: any other value (`prod`, `Production`) is refused rather than taken
+  /// for not-production, which would turn that guard off.
   nodeEnv: string;
   /// Browser origins admitted besides the server's own (`ALLOWED_ORIGINS`, a comma list).
   allowedOrigins: string[];
@@ -230,6 +233,13 @@ const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   leaseMs: [300, 600_000],
 };
 
+/// The `NODE_ENV` values the server accepts (unset means `development`).
+export const nodeEnvironments: readonly string[] = ['development', 'production', 'test'];
+
+/// Dot-separated labels of letters, digits and inner hyphens (RFC 1123), at most 253 in all.
+const hostNamePattern =
+  /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+
 const logLevels = new Set(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
 /// Builds the configuration from `overrides` (typed values, as tests pass them) and `env`
@@ -288,8 +298,11 @@ function validate(config: Config): void {
       throw new ConfigError(`${field} must be a whole number from ${min} to ${max}, got ${value}`);
     }
   }
-  if (typeof config.host !== 'string' || config.host === '') {
-    throw new ConfigError('host must be a host name or address');
+  if (
+    typeof config.host !== 'string' ||
+    (isIP(config.host) === 0 && !hostNamePattern.test(config.host))
+  ) {
+    throw new ConfigError(`HOST must be an IP address or a host name, got "${config.host}"`);
   }
   if (config.redisUrl !== null && !/^rediss?:\/\/./.test(config.redisUrl)) {
     throw new ConfigError(
@@ -323,6 +336,17 @@ function validate(config: Config): void {
   if (config.authPublicKey !== null && !config.authPublicKey.includes('PUBLIC KEY-----')) {
     throw new ConfigError('AUTH_PUBLIC_KEY must be a PEM public key (-----BEGIN PUBLIC KEY-----)');
   }
+  // Parsed here, not only when the verifier is built: a damaged key must be one clear line at
+  // start, before any store is opened, not a stack trace from deep inside the server.
+  if (config.authPublicKey !== null) {
+    try {
+      createPublicKey(config.authPublicKey);
+    } catch (err) {
+      throw new ConfigError(
+        `AUTH_PUBLIC_KEY is not a readable PEM public key (${(err as Error).message})`,
+      );
+    }
+  }
   if (config.metricsToken !== null && config.metricsToken.length < 16) {
     throw new ConfigError('METRICS_TOKEN must be at least 16 characters');
   }
@@ -333,6 +357,11 @@ function validate(config: Config): void {
   if (config.auth === 'off' && keyed) {
     throw new ConfigError(
       'AUTH=off contradicts AUTH_SECRET / AUTH_PUBLIC_KEY: set one or the other',
+    );
+  }
+  if (!nodeEnvironments.includes(config.nodeEnv)) {
+    throw new ConfigError(
+      `NODE_ENV must be ${nodeEnvironments.join(', ')} (or unset), got "${config.nodeEnv}"`,
     );
   }
   if (config.nodeEnv === 'production' && !keyed && config.auth !== 'off') {

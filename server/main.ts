@@ -54,12 +54,26 @@ async function openStore(): Promise<Store> {
     });
     // Start even when Redis is down: loads and steps are refused with `unavailable` until it
     // answers, and the client reconnects by itself.
-    await store.ready(config.storeTimeoutMs).catch(() => {
+    const answered = await store.ready(config.storeTimeoutMs).then(
+      () => true,
+      () => false,
+    );
+    // Wrong credentials are a configuration error, which no retry mends: stop, as for a bad
+    // setting, rather than start and stay not ready for good.
+    const refused = answered ? null : store.credentialsRefused;
+    if (refused !== null) {
+      await store.close().catch(() => {});
+      console.error(
+        `scriptorium: REDIS_URL: Redis refused its credentials (${refused.split('\n')[0]})`,
+      );
+      process.exit(1);
+    }
+    if (!answered) {
       log.warn(
         { url: redact(config.redisUrl!) },
         'Redis does not answer yet; retrying in the background',
       );
-    });
+    }
     log.info({ url: redact(config.redisUrl) }, 'store: redis');
     return store;
   }
@@ -85,7 +99,21 @@ function redact(url: string): string {
 
 const store = await openStore();
 const server = createScriptorium(config, { store, log });
-const port = await server.listen();
+let port: number;
+try {
+  port = await server.listen();
+} catch (err) {
+  // A port in use, an address not of this machine, a name that does not resolve: one line,
+  // and the store closed first, so the file store's lock is not left behind.
+  const { code, message } = err as NodeJS.ErrnoException;
+  console.error(`scriptorium: cannot listen on ${config.host}:${config.port} (${code ?? message})`);
+  await Promise.race([
+    store.close().catch(() => undefined),
+    // Not unref'd: with nothing else pending Node would exit 0 before the line below.
+    new Promise((resolve) => setTimeout(resolve, config.storeTimeoutMs)),
+  ]);
+  process.exit(1);
+}
 const shown = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
 log.info({ port, host: config.host }, `listening on http://${shown}:${port}`);
 
@@ -107,6 +135,10 @@ function exit(code: number): void {
 }
 
 let stopping = false;
+/// Set by an uncaught exception: the shutdown still saves what it can, but the exit code is 1
+/// whatever it saved, so that a supervisor restarting on failure (systemd `on-failure`,
+/// Docker, Kubernetes) brings the process back.
+let crashed = false;
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => {
     if (stopping) {
@@ -114,26 +146,32 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
       exit(1);
       return;
     }
-    stopping = true;
-    log.info({ signal }, 'stopping');
-    // A backstop: `close` bounds itself by the same timeout, so this fires only if something
-    // in it does not (a bug, or an event loop blocked for long). Not unref'd: should the
-    // shutdown hang with nothing else pending, Node would otherwise exit with code 0.
-    setTimeout(() => {
-      log.error(
-        { shutdownTimeoutMs: config.shutdownTimeoutMs },
-        'shutdown did not finish in time; exiting',
-      );
-      exit(1);
-    }, config.shutdownTimeoutMs + shutdownGraceMs);
-    server.close().then(
-      (saved) => exit(saved ? 0 : 1),
-      (err: unknown) => {
-        log.error({ err }, 'shutdown failed');
-        exit(1);
-      },
-    );
+    stop(signal);
   });
+}
+
+/// The graceful shutdown, once: saves, tells editors, closes the store, then exits 0 when
+/// everything was saved and nothing crashed, 1 otherwise.
+function stop(reason: string): void {
+  stopping = true;
+  log.info({ signal: reason }, 'stopping');
+  // A backstop: `close` bounds itself by the same timeout, so this fires only if something
+  // in it does not (a bug, or an event loop blocked for long). Not unref'd: should the
+  // shutdown hang with nothing else pending, Node would otherwise exit with code 0.
+  setTimeout(() => {
+    log.error(
+      { shutdownTimeoutMs: config.shutdownTimeoutMs },
+      'shutdown did not finish in time; exiting',
+    );
+    exit(1);
+  }, config.shutdownTimeoutMs + shutdownGraceMs);
+  server.close().then(
+    (saved) => exit(saved && !crashed ? 0 : 1),
+    (err: unknown) => {
+      log.error({ err }, 'shutdown failed');
+      exit(1);
+    },
+  );
 }
 
 // Last lines of defence. Every handler, timer and store callback is guarded, so reaching
@@ -141,11 +179,17 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
 // awaited it has already stopped): it is logged and the process keeps serving every other
 // document, instead of Node's default of ending the process for all of them. A synchronous
 // throw that escaped may have left anything half-done: logged, then a normal shutdown, which
-// saves what it can (a supervisor restarts the process).
+// saves what it can, and exit code 1 (a supervisor restarts the process).
 process.on('unhandledRejection', (reason: unknown) => {
   log.error({ err: reason }, 'unhandled rejection (a bug): the process keeps serving');
 });
 process.on('uncaughtException', (err: unknown) => {
-  log.fatal({ err }, 'uncaught exception (a bug): shutting down');
-  process.kill(process.pid, 'SIGTERM');
+  crashed = true;
+  // Another one during the shutdown: that shutdown goes on, bounded by its backstop.
+  if (stopping) {
+    log.fatal({ err }, 'uncaught exception (a bug) while shutting down');
+    return;
+  }
+  log.fatal({ err }, 'uncaught exception (a bug): shutting down, then exiting 1');
+  stop('uncaughtException');
 });

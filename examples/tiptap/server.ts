@@ -16,7 +16,9 @@ export async function startExample(
   host = '127.0.0.1',
 ): Promise<{ url: string; collab: Collab; close(): Promise<void> }> {
   const publicDir = fileURLToPath(new URL('./public/', import.meta.url));
-  const collab = createCollab({ schema, store: new MemoryStore() });
+  // Open on purpose (anyone who reaches it may edit): an example, listening on loopback. Your
+  // app passes an `authenticate` that checks its own sessions.
+  const collab = createCollab({ schema, store: new MemoryStore(), authenticate: null });
   const http = createServer((request, response) => {
     const path = new URL(request.url ?? '/', 'http://host').pathname;
     const docMatch = /^\/docs\/([^/]+)$/.exec(path);

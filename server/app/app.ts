@@ -80,7 +80,8 @@ export function createScriptorium(
     metrics,
     limits,
     nodeId,
-    ...(verifier ? { authenticate: tokenAuthenticate(verifier) } : {}),
+    // Open mode is warned about at start by the entry point (which knows about AUTH=off).
+    authenticate: verifier ? tokenAuthenticate(verifier) : null,
   });
   const app = createHttpApp({
     rooms: collab.rooms,

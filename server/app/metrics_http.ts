@@ -10,7 +10,7 @@ const defaultWindows = 30;
 /// - `GET /metrics/windows?last=N`: `{windows: MetricsWindow[]}`, the last N closed windows
 ///   oldest first (N from 1 to the recorder's `windowsKept`, 360 by default; 30 when absent).
 ///   An invalid N gets 400 `{code: 'bad-request', message}`;
-/// - `GET /dashboard`: an HTML page that polls `metrics/windows` and draws line charts of
+/// - `GET /dashboard` (`/dashboard/` redirects there): an HTML page that polls `metrics/windows` and draws line charts of
 ///   latency, throughput, editors and event-loop delay on canvases, with its script and style
 ///   at `GET /dashboard/app.js` and `GET /dashboard/app.css` (served from this router, nothing
 ///   from elsewhere).
@@ -51,7 +51,15 @@ export function metricsRouter(
     res.set('Cache-Control', 'no-store').json({ windows: redact ? windows.map(redact) : windows });
   });
 
-  router.get('/dashboard', (_req: Request, res: Response) => {
+  router.get('/dashboard', (req: Request, res: Response) => {
+    // Express's routing matches `/dashboard/` here too, where the page's relative addresses
+    // would resolve under `/dashboard/dashboard/` and nothing would load. Redirected relative
+    // to where it was asked for, so that a prefix a proxy added is kept, and with its query.
+    if (req.path.endsWith('/')) {
+      const query = req.originalUrl.indexOf('?');
+      res.redirect(301, `../dashboard${query === -1 ? '' : req.originalUrl.slice(query)}`);
+      return;
+    }
     res.set('Cache-Control', 'no-store').type('html').send(dashboardHtml);
   });
   // Revalidated (express adds an ETag), so a new server version is picked up at once.

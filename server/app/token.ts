@@ -1,12 +1,12 @@
 import { parseArgs } from 'node:util';
 import { parseDuration, signToken } from '../protocol/auth.js';
 
-// `npm run token -- --doc ID --access write --ttl 1h [--user NAME]`: prints a token signed with
-// AUTH_SECRET, for trying the server out and for scripts. An entry point: it reads the
-// environment.
+// `npm run -s token -- --doc ID --access write --ttl 1h [--user NAME]`: prints a token signed
+// with AUTH_SECRET, and nothing else (`-s` keeps npm's banner out), for trying the server out
+// and for scripts. An entry point: it reads the environment.
 
 const usage =
-  'usage: npm run token -- --doc ID|PREFIX*|* [--access read|write] [--ttl 1h] [--user NAME]\n' +
+  'usage: npm run -s token -- --doc ID|PREFIX*|* [--access read|write] [--ttl 1h] [--user NAME]\n' +
   'Signs an HS256 token with AUTH_SECRET and prints it.';
 
 function fail(message: string): never {

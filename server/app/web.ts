@@ -15,8 +15,9 @@ const defaultBundleDir = fileURLToPath(new URL('../../web-bundle/', import.meta.
 
 /// The browser editor's routes: `GET /` makes a new random document id and redirects (302) to
 /// `/d/<id>`; `GET /d/:id` serves the editor page, which opens that document (400 with an error
-/// page for an id that is not one); `/assets/…` serves the bundle. When the bundle has not been
-/// built, the pages answer 503 saying so rather than failing obscurely in the browser.
+/// page for an id that is not one); `/assets/…` serves the bundle's script and style (not its
+/// source maps). When the bundle has not been built, the pages answer 503 saying so rather
+/// than failing obscurely in the browser.
 export function createWebRouter(options: WebRouterOptions = {}): Router {
   const bundleDir = options.bundleDir ?? defaultBundleDir;
   const indexFile = `${bundleDir.replace(/\/$/, '')}/index.html`;
@@ -44,6 +45,12 @@ export function createWebRouter(options: WebRouterOptions = {}): Router {
     res.sendFile(indexFile);
   });
 
+  // The bundle's source maps stay on the server: they carry the sources and the build
+  // machine's paths, which are nobody else's business. The page itself is served at `/d/:id`
+  // only, with its own caching. Both answer the app's 404.
+  router.use('/assets', (req, _res, next) => {
+    next(/\.map$/i.test(req.path) || req.path === '/index.html' ? 'router' : undefined);
+  });
   router.use(
     '/assets',
     express.static(bundleDir, {

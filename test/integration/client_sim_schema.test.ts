@@ -25,7 +25,12 @@ describe('client-sim --schema', () => {
 
   before(async () => {
     const { schema } = (await import(`${root}${schemaModule}`)) as { schema: Schema };
-    collab = createCollab({ schema, limits: { batchesPerSecond: 0, pullsPerSecond: 0 } });
+    // Open on purpose: the simulator sends no tokens.
+    collab = createCollab({
+      schema,
+      authenticate: null,
+      limits: { batchesPerSecond: 0, pullsPerSecond: 0 },
+    });
     // The two routes the simulator reads: /healthz, and /docs/:id for the convergence check.
     http = createServer((request, response) => {
       const match = /^\/docs\/([^/?]+)/.exec(request.url ?? '');

@@ -15,6 +15,8 @@ import {
   type AcceptedEvent,
   type Authenticate,
   type Collab,
+  type CollabOptions,
+  ConfigError,
 } from '../../server/index.js';
 import { CollabClient } from '../../client/index.js';
 import { ask } from '../support/socket.js';
@@ -239,11 +241,17 @@ describe('createCollab in a host app', () => {
       const { doc, version } = await join(sue);
       const before = await ask<StepsAnswer>(sue, 'steps', { version, steps: typeAt(doc, 'a') });
       assert.equal(before.ok, true);
-      await new Promise((resolve) => setTimeout(resolve, 350));
-      const after = await ask<StepsAnswer>(sue, 'steps', {
-        version: version + 1,
-        steps: typeAt(host.collab.rooms.peek('doc-d')!.publishedDoc, 'b'),
-      });
+      // The expiry sweep sends the socket away within 250 ms of the expiry; a batch sent
+      // before that is refused. Either way it is `unauthorized`, and nothing is written.
+      const closing = new Promise<{ code: string }>((resolve) => sue.once('closing', resolve));
+      await new Promise((resolve) => setTimeout(resolve, 320));
+      const after = await Promise.race([
+        ask<StepsAnswer>(sue, 'steps', {
+          version: version + 1,
+          steps: typeAt(host.collab.rooms.peek('doc-d')!.publishedDoc, 'b'),
+        }),
+        closing.then((notice) => ({ ok: false as const, code: notice.code })),
+      ]);
       assert.equal(!after.ok && after.code, 'unauthorized');
       assert.equal((await host.collab.document('doc-d'))!.version, version + 1);
     } finally {
@@ -279,12 +287,13 @@ describe('createCollab in a host app', () => {
       typeText('one ');
       await editor.settled();
       await new Promise((resolve) => setTimeout(resolve, 500));
-      // Past the token's expiry: the batch is refused `unauthorized`, the client reconnects,
-      // the function gives a fresh token, and the same steps go through.
+      // Past the token's expiry the server sent the socket away (`closing unauthorized`); the
+      // client reconnected with a fresh token from the function, and the edit goes through
+      // (or, typed in a connection's last moments, is refused `unauthorized` and sent again).
       typeText('two ');
       await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'resent', 10_000);
       assert.ok(issued >= 2, `tokens issued: ${issued}`);
-      assert.equal(editor.refusals['unauthorized'], 1);
+      assert.ok((editor.refusals['unauthorized'] ?? 0) <= 1);
       const served = await host.collab.document('doc-rotating');
       assert.equal(served!.doc.textContent, 'one two ');
       assert.ok(served!.doc.eq(editor.state!.doc));
@@ -293,7 +302,7 @@ describe('createCollab in a host app', () => {
     }
   });
 
-  it('binds a client id to its user: another user claiming it is refused, the same user is let in', async () => {
+  it('binds a client id to its user: another user claiming it is refused, even after she left; the same user is let in', async () => {
     const alice = await open(host, 'doc-e', 'c-shared', 'alice');
     try {
       assert.equal(await refusal(open(host, 'doc-e', 'c-shared', 'bob')), 'forbidden');
@@ -302,13 +311,11 @@ describe('createCollab in a host app', () => {
     } finally {
       alice.close();
     }
-    // Released when alice's sockets are gone.
-    let outcome: string | undefined;
-    for (let i = 0; i < 50 && outcome !== 'connected'; i++) {
-      outcome = await refusal(open(host, 'doc-e', 'c-shared', 'bob'));
-      if (outcome !== 'connected') await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    assert.equal(outcome, 'connected', 'the client id is released with its last socket');
+    // Still hers once her sockets are gone: she may come back with unconfirmed steps.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(await refusal(open(host, 'doc-e', 'c-shared', 'bob')), 'forbidden');
+    const back = await open(host, 'doc-e', 'c-shared', 'alice');
+    back.close();
   });
 
   it('change() edits through the same path: durable, broadcast to editors, onAccepted', async () => {
@@ -428,5 +435,39 @@ describe('createCollab options', () => {
   it('refuses settings that are not limits, and invalid limits', () => {
     assert.throws(() => createCollab({ limits: { port: 1 } as never }), /not a limit/);
     assert.throws(() => createCollab({ limits: { maxDocBytes: 1 } }), /maxDocBytes/);
+  });
+
+  it('refuses an option it does not know: a misspelt authenticate must not run the server open', () => {
+    const misspelt = { authenticte: authenticate } as unknown as CollabOptions;
+    assert.throws(
+      () => createCollab(misspelt),
+      (err: unknown) => {
+        assert.ok(err instanceof ConfigError);
+        assert.match(err.message, /Unknown option "authenticte"/);
+        return true;
+      },
+    );
+    assert.throws(() => createCollab({ limit: {} } as unknown as CollabOptions), ConfigError);
+  });
+
+  it('warns at attach when no authenticate hook was given, and not when it is null (open on purpose)', async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const warnings = () => lines.filter((line) => /no authenticate hook: open mode/.test(line));
+    const http = createServer();
+    const io = new Server(http);
+    try {
+      const open = createCollab({ logger });
+      open.attach(io, { namespace: '/open' });
+      assert.equal(warnings().length, 1, lines.join(''));
+      const onPurpose = createCollab({ logger, authenticate: null });
+      onPurpose.attach(io, { namespace: '/on-purpose' });
+      const guarded = createCollab({ logger, authenticate });
+      guarded.attach(io, { namespace: '/guarded' });
+      assert.equal(warnings().length, 1, lines.join(''));
+      await Promise.all([open.close(), onPurpose.close(), guarded.close()]);
+    } finally {
+      io.close();
+    }
   });
 });

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -9,6 +10,10 @@ import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
 import { parse } from 'yaml';
 import { parseNodeList, renderNginxConfig } from '../../deploy/nginx.js';
+import { createTokenVerifier } from '../../server/protocol/auth.js';
+import { freePort } from '../support/redis_process.js';
+import { startServer } from '../support/server.js';
+import { delay } from '../support/wait.js';
 
 // The deployment files, checked without the platforms (no Docker, no Render here): the
 // Blueprint and the compose file have the shape the README promises and refer only to things
@@ -69,6 +74,11 @@ describe('render.yaml', () => {
       sharedVars.find((v) => v['key'] === 'AUTH_SECRET'),
       { key: 'AUTH_SECRET', generateValue: true },
     );
+    // The nodes' metrics must not be open to whoever reaches them.
+    assert.deepEqual(
+      sharedVars.find((v) => v['key'] === 'METRICS_TOKEN'),
+      { key: 'METRICS_TOKEN', generateValue: true },
+    );
 
     const nodeIds = new Set<string>();
     for (const node of nodes) {
@@ -116,6 +126,12 @@ describe('docker-compose.yml', () => {
       assert.ok(listed.includes(`${name}:${String(env['PORT'])}`), `the gateway lists ${name}`);
     }
     assert.equal(ids.size, 3, 'three node ids');
+    // Docker must wait out the server's own shutdown bound (SHUTDOWN_TIMEOUT_MS 10 s and its
+    // grace) before it sends SIGKILL.
+    for (const name of ['server', 'node-1', 'node-2', 'node-3']) {
+      const grace = /^(\d+)s$/.exec(String(services[name]!['stop_grace_period']));
+      assert.ok(grace && Number(grace[1]) >= 12, `${name}: stop_grace_period`);
+    }
     const build = services['gateway']!['build'] as Doc;
     assert.ok(existsSync(join(root, String(build['dockerfile']))));
     assert.match(String((services['server']!['environment'] as Doc)['AUTH_SECRET']), /AUTH_SECRET/);
@@ -175,5 +191,78 @@ describe('the gateway config', () => {
     }
     assert.throws(() => renderNginxConfig({ nodes: [], listen: '80', prefix: '/tmp' }));
     assert.throws(() => renderNginxConfig({ nodes: ['a b:1'], listen: '80', prefix: '/tmp' }));
+  });
+});
+
+describe('the gateway, running', () => {
+  it('answers 404 for the metrics and the dashboard (nodes are scraped directly) and proxies the rest', async () => {
+    const node = await startServer({ nodeId: 'behind-the-gateway' });
+    const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
+    const port = await freePort();
+    const nginx = spawn(
+      existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx',
+      [
+        ...['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
+        ...['-g', 'daemon off;'],
+      ],
+      { stdio: 'ignore' },
+    );
+    const exited = once(nginx, 'exit');
+    try {
+      await writeFile(
+        join(dir, 'nginx.conf'),
+        renderNginxConfig({
+          nodes: [`127.0.0.1:${node.port}`],
+          listen: `127.0.0.1:${port}`,
+          prefix: dir,
+          workers: 1,
+        }),
+      );
+      const gateway = `http://127.0.0.1:${port}`;
+      for (let tries = 0; ; tries++) {
+        const health = await fetch(`${gateway}/healthz`).catch(() => null);
+        if (health?.status === 200) break;
+        if (tries > 200) assert.fail('the gateway did not answer /healthz');
+        await delay(25);
+      }
+      for (const path of [
+        ...['/metrics', '/metrics/', '/metrics/windows?last=1', '/METRICS', '//metrics'],
+        ...['/dashboard', '/dashboard/', '/dashboard/app.js', '/dashboard/app.css'],
+      ]) {
+        // The node itself serves each (so the 404 below is the gateway's doing).
+        const direct = await fetch(`${node.url}${path.replace('//', '/')}`, { redirect: 'manual' });
+        await direct.arrayBuffer();
+        assert.notEqual(direct.status, 404, `${path} on the node`);
+        const response = await fetch(`${gateway}${path}`, { redirect: 'manual' });
+        assert.equal(response.status, 404, path);
+        assert.equal(((await response.json()) as { code: string }).code, 'not-found', path);
+      }
+      const served = await fetch(`${gateway}/docs/never-seen`);
+      assert.equal(served.status, 404);
+      assert.equal(served.headers.get('x-scriptorium-node'), 'behind-the-gateway');
+    } finally {
+      nginx.kill('SIGQUIT');
+      await exited;
+      await node.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('the README', () => {
+  it('gives a token URL whose command prints the token and nothing else', async () => {
+    const readme = await readFile(join(root, 'README.md'), 'utf8');
+    const command = /#token=\$\((AUTH_SECRET=… [^)]+)\)/.exec(readme)?.[1];
+    assert.ok(command, 'the token URL in the README');
+    const secret = 'a-readme-secret-that-is-long-enough-0123456789';
+    const { stdout } = await run('sh', ['-c', command.replace('AUTH_SECRET=…', '')], {
+      cwd: root,
+      env: { ...process.env, AUTH_SECRET: secret },
+    });
+    // What `$(…)` captures: one JWT, which the page reads from the fragment as it is.
+    assert.match(stdout.trim(), /^[\w-]+\.[\w-]+\.[\w-]+$/, stdout);
+    const token = stdout.trim();
+    const verifier = createTokenVerifier({ secret });
+    assert.equal((await verifier.verify(token, 'notes')).ok, true);
   });
 });

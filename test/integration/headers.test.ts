@@ -80,6 +80,8 @@ describe('security headers', () => {
     ['the editor script', '/assets/main.js', 200, /javascript/],
     ['the editor style', '/assets/style.css', 200, /^text\/css/],
     ['a missing asset', '/assets/missing.js', 404, /^application\/json/],
+    ['a source map, not published', '/assets/main.js.map', 404, /^application\/json/],
+    ['the page under /assets', '/assets/index.html', 404, /^application\/json/],
     ['a stored document', '/docs/stored', 200, /^application\/json/],
     ['an unknown document', '/docs/never-seen', 404, /^application\/json/],
     ['an error answer for a malformed request', '/docs/%E0%A4%A', 400, /^application\/json/],

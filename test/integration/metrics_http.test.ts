@@ -127,3 +127,22 @@ test('GET /dashboard serves the charts page, its script and its style, all from 
   assert.match(style.headers.get('content-type') ?? '', /^text\/css/);
   assert.match(await style.text(), /canvas \{/);
 });
+
+test('GET /dashboard/ (a trailing slash) leads to the page, whose script and style then load', async () => {
+  const redirect = await fetch(`${origin}/dashboard/?from=bookmark`, { redirect: 'manual' });
+  assert.equal(redirect.status, 301);
+  assert.equal(
+    new URL(redirect.headers.get('location')!, `${origin}/dashboard/`).href,
+    `${origin}/dashboard?from=bookmark`,
+  );
+  const page = await fetch(`${origin}/dashboard/`);
+  assert.equal(page.status, 200);
+  const html = await page.text();
+  const assets = [...html.matchAll(/(?:src|href)="(dashboard\/[^"]+)"/g)].map((m) => m[1]!);
+  assert.deepEqual(assets.sort(), ['dashboard/app.css', 'dashboard/app.js']);
+  for (const asset of assets) {
+    // Resolved as the browser does, against the address the page ended up at.
+    const response = await fetch(new URL(asset, page.url));
+    assert.equal(response.status, 200, `${asset} from ${page.url}`);
+  }
+});

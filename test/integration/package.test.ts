@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { copyFile, mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -89,6 +89,52 @@ describe('the packed package in a host app', () => {
       await exited;
     }
     await rm(dir, { recursive: true, force: true });
+  });
+
+  it("type-checks the README's embedding example under strict against the shipped types", async () => {
+    const readme = await readFile(join(root, 'README.md'), 'utf8');
+    const from = readme.indexOf('\n## Use it in your app\n');
+    const example = /```ts\n([\s\S]*?)```/.exec(readme.slice(from))?.[1];
+    assert.ok(from >= 0 && example?.includes('createCollab'), 'the example');
+    // What the example leaves to the host: its schema module, sessions, app and logger.
+    const checkDir = join(hostDir, 'readme-example');
+    await mkdir(checkDir);
+    await writeFile(
+      join(checkDir, 'my-schema.ts'),
+      "import { Schema } from 'prosemirror-model';\n" +
+        "export const schema = new Schema({ nodes: { doc: { content: 'paragraph+' }, " +
+        "paragraph: { content: 'text*' }, text: {} } });\n",
+    );
+    await writeFile(
+      join(checkDir, 'app.ts'),
+      example +
+        'declare const mySessions: { verify(token: unknown): Promise<{ userId: string; ' +
+        'canOpen(docId: string): boolean; canEdit(docId: string): boolean }> };\n' +
+        "declare const myApp: import('node:http').RequestListener;\n" +
+        "declare const logger: import('pino').Logger;\n",
+    );
+    await writeFile(
+      join(checkDir, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          strict: true,
+          noEmit: true,
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          skipLibCheck: true,
+          types: ['node'],
+          typeRoots: [join(root, 'node_modules', '@types')],
+        },
+        files: ['app.ts', 'my-schema.ts'],
+      }),
+    );
+    const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+    try {
+      await run(process.execPath, [tsc, '-p', checkDir], { cwd: checkDir });
+    } catch (err) {
+      assert.fail(`tsc: ${(err as { stdout?: string }).stdout ?? String(err)}`);
+    }
   });
 
   it('ships types for each entry point', async () => {

@@ -1,0 +1,134 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { after, describe, it } from 'node:test';
+import { lockFileName } from '../../server/stores/directory_lock.js';
+import { parseStateText } from '../../server/stores/file_store.js';
+import { Random, editRandomly, openEditor } from '../support/editors.js';
+import { runServerProcess, startServerProcess } from '../support/process.js';
+import { waitFor } from '../support/wait.js';
+
+// The standalone server as a supervisor sees it: how it exits when it cannot start, and after
+// a bug. Server child processes on the file store, whose lock file shows whether the store was
+// closed.
+
+const tempDirs: string[] = [];
+
+after(async () => {
+  for (const dir of tempDirs) await rm(dir, { recursive: true, force: true });
+});
+
+async function tempDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'scriptorium-ops-process-'));
+  tempDirs.push(dir);
+  return dir;
+}
+
+function fileEnv(dir: string, extra: Record<string, string> = {}): Record<string, string> {
+  return { REDIS_URL: '', DATA_DIR: dir, ...extra };
+}
+
+/// The lines of `output` that look like a stack trace.
+function stackLines(output: string): string[] {
+  return output.split('\n').filter((line) => /^\s+at /.test(line));
+}
+
+describe('operations: start failures and crashes (server child processes)', () => {
+  it('a port in use: one clear line, exit 1, and the data directory unlocked', async () => {
+    const dir = await tempDir();
+    const holder = createServer().listen(0, '127.0.0.1');
+    await once(holder, 'listening');
+    const port = (holder.address() as AddressInfo).port;
+    try {
+      const { exit, output } = await runServerProcess(fileEnv(dir, { PORT: String(port) }));
+      assert.equal(exit, 1, output);
+      assert.match(
+        output,
+        new RegExp(`^scriptorium: cannot listen on 127\\.0\\.0\\.1:${port} \\(EADDRINUSE\\)$`, 'm'),
+      );
+      assert.deepEqual(stackLines(output), [], output);
+      await assert.rejects(stat(join(dir, lockFileName)), { code: 'ENOENT' }, 'lock released');
+    } finally {
+      holder.close();
+    }
+  });
+
+  it('an address that is not this machine`s: one clear line, exit 1', async () => {
+    const dir = await tempDir();
+    // TEST-NET-1 (RFC 5737): never assigned to a host.
+    const { exit, output } = await runServerProcess(fileEnv(dir, { HOST: '192.0.2.1' }));
+    assert.equal(exit, 1, output);
+    assert.match(output, /^scriptorium: cannot listen on 192\.0\.2\.1:\d+ \(EADDRNOTAVAIL\)$/m);
+    assert.deepEqual(stackLines(output), [], output);
+    await assert.rejects(stat(join(dir, lockFileName)), { code: 'ENOENT' }, 'lock released');
+  });
+
+  it('Redis refusing the credentials of REDIS_URL: one clear line, exit 1', async () => {
+    // A Redis that is down is waited for; one that refuses the password never will answer.
+    const { exit, output } = await runServerProcess({
+      REDIS_URL: 'redis://nobody:not-the-password@127.0.0.1:6379',
+    });
+    assert.equal(exit, 1, output);
+    assert.match(output, /^scriptorium: REDIS_URL: Redis refused its credentials \(WRONGPASS/m);
+    assert.deepEqual(stackLines(output), [], output);
+  });
+
+  it('bad AUTH_PUBLIC_KEY, NODE_ENV or HOST: one scriptorium: line naming it, exit 1, nothing opened', async () => {
+    const dir = await tempDir();
+    for (const [name, value] of [
+      ['AUTH_PUBLIC_KEY', '-----BEGIN PUBLIC KEY-----xyz-----END PUBLIC KEY-----'],
+      ['NODE_ENV', 'prod'],
+      ['NODE_ENV', 'Production'],
+      ['HOST', 'not a host'],
+    ] as const) {
+      const { exit, output } = await runServerProcess(fileEnv(dir, { [name]: value }));
+      assert.equal(exit, 1, `${name}=${value}: ${output}`);
+      assert.match(output, new RegExp(`^scriptorium: ${name}\\b`, 'm'), `${name}=${value}`);
+      assert.deepEqual(stackLines(output), [], output);
+    }
+    assert.deepEqual(await readdir(dir), [], 'the store was never opened');
+  });
+
+  it('an uncaught exception: a graceful shutdown (snapshots written, lock released), then exit 1', async () => {
+    const dir = await tempDir();
+    // A bug on demand: the preloaded module throws from a signal listener, outside any
+    // handler of the server's.
+    const bug = join(await tempDir(), 'bug.mjs');
+    await writeFile(
+      bug,
+      "process.on('SIGUSR2', () => { throw new Error('boom (simulated bug)'); });\n",
+    );
+    const server = await startServerProcess(
+      fileEnv(dir, {
+        NODE_OPTIONS: `--import=${pathToFileURL(bug).href}`,
+        SNAPSHOT_EVERY_STEPS: '1000000',
+        SNAPSHOT_EVERY_MS: '86400000',
+      }),
+    );
+    const editor = openEditor(server.url, 'crashed');
+    try {
+      await editor.ready();
+      await editRandomly(editor, new Random(7), 10, 5);
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'edits stored');
+      server.child.kill('SIGUSR2');
+      assert.equal(await server.exited, 1, server.output());
+    } finally {
+      editor.close();
+      await server.stop('SIGKILL');
+    }
+    assert.match(server.output(), /uncaught exception/);
+    assert.doesNotMatch(server.output(), /second signal/);
+    await assert.rejects(stat(join(dir, lockFileName)), { code: 'ENOENT' }, 'lock released');
+    const names = (await readdir(dir, { recursive: true })).filter((name) =>
+      /(^|\/)crashed\..*state\.json$/.test(name),
+    );
+    assert.equal(names.length, 1, names.join(', '));
+    const state = join(dir, names[0]!);
+    const snapshot = parseStateText(await readFile(state, 'utf8'), state).snapshot;
+    assert.equal(snapshot?.version, editor.version, 'the shutdown snapshot');
+  });
+});
