@@ -1,12 +1,15 @@
 import { spawn } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { renderNginxConfig, parseNodeList } from './nginx.js';
+import { hostNames, watchAddresses } from './node_addresses.js';
 
 // The gateway image's entry point (deploy/gateway.Dockerfile): renders nginx.conf from the
 // environment, then runs nginx in the foreground, passing on the platform's stop signal. The
 // nodes are `SCRIPTORIUM_NODES` (`host:port,…`) and/or `SCRIPTORIUM_NODE_1`,
 // `SCRIPTORIUM_NODE_2`… (one `host:port` each, as Render's `fromService … hostport` gives
-// them), in that order: the order is the ring's, so keep it stable.
+// them), in that order: the order is the ring's, so keep it stable. The nodes' host names are
+// looked up again every `GATEWAY_RESOLVE_INTERVAL_MS` (5000; 0: never), and nginx reads its
+// configuration again when an address changed (`node_addresses.ts`).
 
 const env = process.env;
 const numbered = Object.keys(env)
@@ -18,6 +21,14 @@ const numbered = Object.keys(env)
 const nodes = [...parseNodeList(env['SCRIPTORIUM_NODES'] ?? ''), ...numbered];
 if (nodes.length === 0) {
   console.error('gateway: set SCRIPTORIUM_NODES (host:port,…) or SCRIPTORIUM_NODE_1, _2, …');
+  process.exit(1);
+}
+const intervalText = env['GATEWAY_RESOLVE_INTERVAL_MS'] ?? '5000';
+const resolveIntervalMs = /^\d{1,9}$/.test(intervalText) ? Number(intervalText) : NaN;
+if (!(resolveIntervalMs === 0 || resolveIntervalMs >= 100)) {
+  console.error(
+    `gateway: GATEWAY_RESOLVE_INTERVAL_MS must be 0 (never) or at least 100 ms, got ${intervalText}`,
+  );
   process.exit(1);
 }
 const prefix = env['GATEWAY_PREFIX'] ?? '/tmp/gateway';
@@ -34,7 +45,25 @@ const nginx = spawn(
 );
 // SIGQUIT is nginx's graceful stop: open websockets are closed only when the platform's
 // shutdown delay runs out, after the nodes were told to drain.
+const hosts = hostNames(nodes);
+const stopWatch =
+  resolveIntervalMs > 0 && hosts.length > 0
+    ? watchAddresses({
+        hosts,
+        intervalMs: resolveIntervalMs,
+        onChange: (host, addresses) => {
+          console.log(`gateway: ${host} is now at ${addresses.join(', ')}: reloading nginx`);
+          nginx.kill('SIGHUP');
+        },
+        onError: (host, error) => {
+          console.error(`gateway: looking up ${host} failed (${error.message}); routes kept`);
+        },
+      })
+    : () => {};
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.on(signal, () => nginx.kill('SIGQUIT'));
+  process.on(signal, () => {
+    stopWatch();
+    nginx.kill('SIGQUIT');
+  });
 }
 nginx.on('exit', (code) => process.exit(code ?? 1));
