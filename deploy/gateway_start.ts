@@ -9,7 +9,9 @@ import { hostNames, watchAddresses } from './node_addresses.js';
 // `SCRIPTORIUM_NODE_2`… (one `host:port` each, as Render's `fromService … hostport` gives
 // them), in that order: the order is the ring's, so keep it stable. The nodes' host names are
 // looked up again every `GATEWAY_RESOLVE_INTERVAL_MS` (5000; 0: never), and nginx reads its
-// configuration again when an address changed (`node_addresses.ts`).
+// configuration again when an address changed (`node_addresses.ts`). `GATEWAY_TRUST_PROXY`
+// (addresses or CIDR ranges, comma-separated) names the proxies in front of the gateway whose
+// X-Forwarded-For is believed (a platform's load balancer); without it the gateway is the edge.
 
 const env = process.env;
 const numbered = Object.keys(env)
@@ -33,10 +35,19 @@ if (!(resolveIntervalMs === 0 || resolveIntervalMs >= 100)) {
 }
 const prefix = env['GATEWAY_PREFIX'] ?? '/tmp/gateway';
 await mkdir(prefix, { recursive: true });
-await writeFile(
-  `${prefix}/nginx.conf`,
-  renderNginxConfig({ nodes, listen: env['PORT'] ?? '8080', prefix }),
-);
+let config: string;
+try {
+  config = renderNginxConfig({
+    nodes,
+    listen: env['PORT'] ?? '8080',
+    prefix,
+    trustForwardedFrom: parseNodeList(env['GATEWAY_TRUST_PROXY'] ?? ''),
+  });
+} catch (err) {
+  console.error(`gateway: ${(err as Error).message}`);
+  process.exit(1);
+}
+await writeFile(`${prefix}/nginx.conf`, config);
 console.log(`gateway: ${nodes.length} node(s): ${nodes.join(', ')}`);
 const nginx = spawn(
   'nginx',

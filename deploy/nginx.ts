@@ -15,9 +15,14 @@ export interface GatewayOptions {
   failTimeoutSec?: number;
   /// nginx worker processes ('auto': one per core).
   workers?: number | 'auto';
+  /// Proxies in front of the gateway (addresses or CIDR ranges) whose `X-Forwarded-For` names
+  /// the client, as a platform's load balancer does. Empty (the default): the gateway is the
+  /// edge, and the address that connected to it is the client's.
+  trustForwardedFrom?: readonly string[];
 }
 
 const nodePattern = /^[A-Za-z0-9.-]+:\d{1,5}$/;
+const addressPattern = /^([0-9.]+|[0-9A-Fa-f:]+)(\/\d{1,3})?$/;
 
 /// Renders nginx.conf. Every connection and request of one document goes to one node:
 /// Socket.io by the `doc` query parameter (the client sends it in every handshake, websocket
@@ -37,6 +42,32 @@ export function renderNginxConfig(options: GatewayOptions): string {
     throw new TypeError(`not a listen address: ${options.listen}`);
   }
   if (/[\s;{}'"]/.test(options.prefix)) throw new TypeError(`unsafe prefix: ${options.prefix}`);
+  const trusted = options.trustForwardedFrom ?? [];
+  for (const proxy of trusted) {
+    if (!addressPattern.test(proxy)) throw new TypeError(`not an address or CIDR range: ${proxy}`);
+  }
+  // The client's address for the nodes (their per-address caps, their logs): the gateway
+  // replaces any X-Forwarded-For with it instead of appending to what the client sent, since
+  // the nodes trust the gateway's network, which can hold the address a client seems to come
+  // from (Docker's userland proxy and Docker Desktop connect from the bridge's gateway): an
+  // appended header would let such a client name any address it likes. Behind a trusted
+  // proxy, nginx's realip module takes the client from that proxy's header first.
+  // In every proxied location, since a location with any proxy_set_header of its own inherits
+  // none from the server block (nginx's rule; they were once set there, and the nodes got
+  // `Host: scriptorium_documents`, refusing every browser's Origin, and the client's own
+  // X-Forwarded-For). $http_host keeps the port: the nodes compare the browser's Origin with it.
+  const forwarded = `      proxy_set_header Host $http_host;
+      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;`;
+  const realIp =
+    trusted.length === 0
+      ? ''
+      : `
+  # The client as named by the proxies in front (rightmost address not among them).
+${trusted.map((proxy) => `  set_real_ip_from ${proxy};`).join('\n')}
+  real_ip_header X-Forwarded-For;
+  real_ip_recursive on;
+`;
   const failTimeout = options.failTimeoutSec ?? 10;
   const servers = (extra: string) =>
     options.nodes.map((node) => `    server ${node}${extra};`).join('\n');
@@ -59,7 +90,7 @@ http {
   scgi_temp_path ${p}/scgi;
   # Steps are small; Scriptorium refuses larger messages itself.
   client_max_body_size 1m;
-
+${realIp}
   map $http_upgrade $connection_upgrade {
     default upgrade;
     '' close;
@@ -83,10 +114,6 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
     listen ${options.listen};
 
     proxy_http_version 1.1;
-    # $http_host keeps the port: the nodes compare the browser's Origin with it.
-    proxy_set_header Host $http_host;
-    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-    proxy_set_header X-Forwarded-Proto $scheme;
     proxy_connect_timeout 2s;
     # A dead or unreachable node: the next one on the ring, at most once per node. Not on a
     # 503: that is a live node answering (\`moved\` while a document is handed over to it,
@@ -97,6 +124,7 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
     location /socket.io/ {
       set $scriptorium_doc $arg_doc;
       proxy_pass http://scriptorium_documents;
+${forwarded}
       proxy_set_header Upgrade $http_upgrade;
       proxy_set_header Connection $connection_upgrade;
       # Websockets stay open for the whole editing session; Engine.IO pings every 25 s.
@@ -108,6 +136,7 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
     location ~ ^/docs/([^/]+)$ {
       set $scriptorium_doc $1;
       proxy_pass http://scriptorium_documents;
+${forwarded}
       proxy_set_header Connection "";
     }
 
@@ -123,6 +152,7 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
 
     location / {
       proxy_pass http://scriptorium_any;
+${forwarded}
       proxy_set_header Connection "";
     }
   }

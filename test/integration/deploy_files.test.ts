@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -9,10 +11,13 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
 import { parse } from 'yaml';
+import { io } from 'socket.io-client';
+import type { SyncAnswer } from '../../schema/index.js';
 import { parseNodeList, renderNginxConfig } from '../../deploy/nginx.js';
 import { createTokenVerifier } from '../../server/protocol/auth.js';
 import { freePort } from '../support/redis_process.js';
 import { startServer } from '../support/server.js';
+import { ask } from '../support/socket.js';
 import { delay } from '../support/wait.js';
 
 // The deployment files, checked without the platforms (no Docker, no Render here): the
@@ -240,12 +245,134 @@ describe('the gateway, running', () => {
       const served = await fetch(`${gateway}/docs/never-seen`);
       assert.equal(served.status, 404);
       assert.equal(served.headers.get('x-scriptorium-node'), 'behind-the-gateway');
+      // A page the gateway served opens its socket through it: the node sees the gateway's
+      // Host, so the page's Origin is its own, and admits it (once, the node saw the upstream's
+      // name and refused every browser).
+      const socket = io(gateway, {
+        transports: ['websocket'],
+        reconnection: false,
+        forceNew: true,
+        query: { doc: 'through-the-gateway' },
+        auth: { clientID: 'gateway-page' },
+        extraHeaders: { origin: gateway },
+      });
+      try {
+        const connected = await new Promise<string>((resolve) => {
+          socket.once('connect', () => resolve('connected'));
+          socket.once('connect_error', (err: Error & { data?: { code?: string } }) =>
+            resolve(`refused: ${err.data?.code ?? err.message}`),
+          );
+        });
+        assert.equal(connected, 'connected');
+        const joined = await ask<SyncAnswer>(socket, 'join', {});
+        assert.equal(joined.ok, true, JSON.stringify(joined));
+      } finally {
+        socket.close();
+      }
     } finally {
       nginx.kill('SIGQUIT');
       await exited;
       await node.close();
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the gateway, running', () => {
+  /// Starts nginx with the gateway's config for one node, `trustForwardedFrom` as given; the
+  /// node answers with the Host and X-Forwarded-For it got. Returns what it answered for a
+  /// request to each of the gateway's proxied locations carrying each of `sent` (undefined: no
+  /// X-Forwarded-For), as `<path> <host> <x-forwarded-for>` lines.
+  async function forwarded(
+    trustForwardedFrom: string[],
+    sent: (string | undefined)[],
+  ): Promise<{ port: number; seen: string[] }> {
+    const node = createServer((req, res) =>
+      res.end(`${req.headers.host} ${req.headers['x-forwarded-for'] ?? '-'}`),
+    );
+    node.listen(0, '127.0.0.1');
+    await once(node, 'listening');
+    const nodePort = (node.address() as AddressInfo).port;
+    const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
+    const port = await freePort();
+    await writeFile(
+      join(dir, 'nginx.conf'),
+      renderNginxConfig({
+        nodes: [`127.0.0.1:${nodePort}`],
+        listen: `127.0.0.1:${port}`,
+        prefix: dir,
+        workers: 1,
+        trustForwardedFrom,
+      }),
+    );
+    const nginx = spawn(
+      existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx',
+      [
+        ...['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
+        ...['-g', 'daemon off;'],
+      ],
+      { stdio: 'ignore' },
+    );
+    const exited = once(nginx, 'exit');
+    try {
+      for (let tries = 0; ; tries++) {
+        const up = await fetch(`http://127.0.0.1:${port}/`).catch(() => null);
+        if (up?.status === 200) break;
+        if (tries > 200) assert.fail('the gateway did not answer');
+        await delay(25);
+      }
+      const seen: string[] = [];
+      for (const path of ['/', '/docs/a-doc', '/socket.io/?doc=a-doc&EIO=4&transport=polling']) {
+        for (const header of sent) {
+          const response = await fetch(`http://127.0.0.1:${port}${path}`, {
+            headers: header === undefined ? {} : { 'X-Forwarded-For': header },
+          });
+          seen.push(`${path.split('?')[0]} ${await response.text()}`);
+        }
+      }
+      return { port, seen };
+    } finally {
+      nginx.kill('SIGQUIT');
+      await exited;
+      node.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  it("passes the browser's Host, and the address that connected as X-Forwarded-For, never the client's own", async () => {
+    // The nodes compare a browser's Origin with Host, and trust the gateway's network, which
+    // can hold the address a client connects from (Docker's userland proxy): a header passed
+    // on or appended to would let that client name any address it likes.
+    const { port, seen } = await forwarded([], [undefined, '203.0.113.7, 10.1.2.3']);
+    const host = `127.0.0.1:${port}`;
+    assert.deepEqual(seen, [
+      `/ ${host} 127.0.0.1`,
+      `/ ${host} 127.0.0.1`,
+      `/docs/a-doc ${host} 127.0.0.1`,
+      `/docs/a-doc ${host} 127.0.0.1`,
+      `/socket.io/ ${host} 127.0.0.1`,
+      `/socket.io/ ${host} 127.0.0.1`,
+    ]);
+  });
+
+  it('behind a trusted proxy, passes the client that proxy names', async () => {
+    // The rightmost address the trusted proxies did not add: a client's own entries to its
+    // left are ignored.
+    const { seen } = await forwarded(['127.0.0.0/8'], ['203.0.113.7', '198.51.100.1, 203.0.113.7']);
+    assert.deepEqual(
+      seen.map((line) => line.split(' ')[2]),
+      Array<string>(6).fill('203.0.113.7'),
+    );
+    assert.throws(
+      () =>
+        renderNginxConfig({
+          nodes: ['a:1'],
+          listen: '80',
+          prefix: '/tmp',
+          trustForwardedFrom: ['x; y'],
+        }),
+      /not an address or CIDR range/,
+    );
   });
 });
 
