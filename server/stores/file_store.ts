@@ -121,6 +121,11 @@ class DocFiles {
   /// Entries durable in the write-ahead log only, in order: a checkpoint moves them to the
   /// journal file. Until then the document stays cached, since nothing else holds them.
   logged: LoggedEntry[] = [];
+  /// Entries a read found in the journal file while the document was `suspect`, and so took
+  /// out of `logged`: the file shows them, but possibly from the page cache only. Until the
+  /// journal is written again, whole, they are durable in the log alone, and a failed
+  /// checkpoint carries them forward with `logged` (they come before it, in order).
+  unsynced: LoggedEntry[] = [];
 
   constructor(dataDir: string, docId: string) {
     this.docId = docId;
@@ -178,7 +183,16 @@ class DocFiles {
 /// file), what reading them shows may not be on disk, so they are written again, whole, to a
 /// new journal generation at the next checkpoint (`suspect`), and the log keeps their entries
 /// until then. Checkpoints are bounded like every operation: a document that hangs in one
-/// keeps the log files but holds no later checkpoint of the others.
+/// holds no later checkpoint of the others.
+///
+/// A document whose checkpoint fails (its journal cannot be written or read, it hangs, it is
+/// damaged) does not keep the log files either: its entries not yet in its journal are
+/// written again, durably, to a log file of their own that the checkpoint's rotation placed
+/// before every later commit (`carryForward`), and only then are the files the checkpoint
+/// covered deleted. The log thus holds the failing documents' pending entries and what came
+/// since the last checkpoint, not every file since the first failure. A crash between the two
+/// steps leaves the same entries twice, in log order: the carried copy supersedes the first
+/// (see above), and replay writes each version once.
 ///
 /// I/O failures reject with `StoreUnavailableError`. Files that do not parse, and a journal
 /// that is corrupt other than in its last line or has a gap, reject with a `TypeError` or
@@ -485,8 +499,13 @@ export class FileStore implements Store {
     // after its new generation was named) are dropped from memory.
     let version = fileVersion;
     const logged: LoggedEntry[] = [];
+    const unsynced: LoggedEntry[] = [];
     for (const entry of doc.logged) {
-      if (entry.end <= fileVersion) continue;
+      if (entry.end <= fileVersion) {
+        // After a failed write, the file may show what only the page cache holds.
+        if (doc.suspect) unsynced.push(entry);
+        continue;
+      }
       if (entry.baseVersion !== version)
         throw new TypeError(`logged entries of ${doc.docId} do not follow its journal`);
       journal.push(...parseJournalText(entry.line, entry.line.length, 'the write-ahead log'));
@@ -494,6 +513,7 @@ export class FileStore implements Store {
       version = entry.end;
     }
     doc.logged = logged;
+    for (const entry of unsynced) doc.unsynced.push(entry);
     doc.known = true;
     doc.exists = true;
     doc.epoch = state.epoch;
@@ -788,10 +808,11 @@ export class FileStore implements Store {
 
   /// Moves later commits to a new log file, writes every dirty document's logged entries to
   /// its journal (as an operation of that document, after the one in flight), then deletes the
-  /// log files left. A document that fails keeps its entries and stays dirty, and the files
-  /// stay, for the next checkpoint; meanwhile the log keeps them durable.
+  /// log files left. A document that fails keeps its entries and stays dirty, for the next
+  /// checkpoint; meanwhile they are carried forward in the log (`carryForward`), which keeps
+  /// them durable while the files left go.
   private async checkpoint(): Promise<void> {
-    const left = this.log.rotate();
+    const left = this.log.rotate(true);
     const docs = [...this.dirty];
     this.dirty = new Set();
     // Bounded like any operation: one document stuck on a hung write must not hold every
@@ -799,22 +820,69 @@ export class FileStore implements Store {
     const results = await Promise.allSettled(
       docs.map((doc) => this.bounded(doc, 'checkpoint', () => this.checkpointDocument(doc))),
     );
-    let failed = 0;
+    const failed: DocFiles[] = [];
     for (let i = 0; i < docs.length; i++) {
-      if (results[i]!.status === 'fulfilled') continue;
-      failed++;
-      this.dirty.add(docs[i]!);
-    }
-    if (failed > 0) {
+      const result = results[i]!;
+      if (result.status === 'fulfilled') continue;
+      const doc = docs[i]!;
+      failed.push(doc);
+      this.dirty.add(doc);
+      // One line per document and checkpoint: which document, and why, for whoever must fix it.
+      const error: unknown = result.reason;
       this.logger?.warn(
-        { dir: this.dataDir, failed },
-        'file store: checkpoint incomplete; the write-ahead log keeps those entries',
+        {
+          dir: this.dataDir,
+          docId: doc.docId,
+          err: error instanceof Error ? error.message : String(error),
+          pending: doc.unsynced.length + doc.logged.length,
+        },
+        'file store: checkpoint of a document failed; the write-ahead log carries its entries',
       );
+    }
+    if (failed.length > 0) {
       if (!this.closed) this.scheduleCheckpoint();
-      return;
+      if (!(await this.carryForward(left, failed))) return;
     }
     await this.log.removeThrough(left, this.oldestLog);
     this.oldestLog = left + 1;
+  }
+
+  /// Writes the entries that `failed` documents hold in the log only (`unsynced`, `logged`)
+  /// to the log file of the generation after `left`, which `rotate` kept free, durably: then
+  /// the files through `left` may go, and the log keeps only what the failing documents still
+  /// need. Returns false, having written nothing, when a round that the rotation left in
+  /// flight has not landed within `timeoutMs` (a hung log write): its appends are not in
+  /// `logged` yet. The files then stay for the next checkpoint, as they did before. Rejects
+  /// with the file system's error when the carried file cannot be written; the files stay too.
+  private async carryForward(left: number, failed: DocFiles[]): Promise<boolean> {
+    if (!(await this.log.landedThrough(left, this.timeoutMs))) {
+      this.logger?.warn(
+        { dir: this.dataDir, generation: left },
+        'file store: a log write is still in flight; the write-ahead log keeps its files',
+      );
+      return false;
+    }
+    // No round can go to those files any more, and every one that did has resolved its
+    // commits. The appends they acknowledge join `logged` in the microtasks that follow
+    // (`flush` awaits the commit directly); after one turn of the event loop, every one has.
+    // Read without the document's queue on purpose: a document stuck in an operation must
+    // not hold the log, and an entry leaves these lists only once its journal holds it
+    // durably (or, while suspect, for `unsynced`).
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    let text = '';
+    let entries = 0;
+    for (const doc of failed) {
+      for (const entry of doc.unsynced) text += carriedLine(doc, entry);
+      for (const entry of doc.logged) text += carriedLine(doc, entry);
+      entries += doc.unsynced.length + doc.logged.length;
+    }
+    if (text !== '') await this.log.writeCarried(left + 1, text);
+    this.logger?.warn(
+      { dir: this.dataDir, docs: failed.length, entries, bytes: Buffer.byteLength(text) },
+      'file store: checkpoint incomplete; the entries of the documents that failed were ' +
+        'carried forward in the write-ahead log, whose older files go',
+    );
+    return true;
   }
 
   /// Appends the document's logged entries to its journal, fsync'd.
@@ -842,6 +910,7 @@ export class FileStore implements Store {
       await this.writeGeneration(doc, stored.snapshot, lines);
     } else {
       doc.suspect = false;
+      doc.unsynced = [];
     }
   }
 
@@ -866,6 +935,7 @@ export class FileStore implements Store {
     doc.logged = [];
     // Whatever failed before, the files hold every entry durably again.
     doc.suspect = false;
+    doc.unsynced = [];
     // Garbage from now on; a leftover (after a crash) is never read, generations only grow.
     await unlink(doc.journalPath(previous)).catch(() => {});
   }
@@ -1009,6 +1079,14 @@ function checkedJSON(text: string, start: number, end: number, what: string): st
 /// One line of a document's journal file.
 function journalLine(json: string): string {
   return withChecksum(json) + '\n';
+}
+
+/// The log line for an entry of `doc` that a checkpoint carries forward: its journal line's
+/// JSON (`journalLine` put a checksum before it and a newline after), with the document's
+/// epoch. Every entry in memory was appended at that epoch: it only changes when a document
+/// is created, and a new document holds no entries yet.
+function carriedLine(doc: DocFiles, entry: LoggedEntry): string {
+  return WriteAheadLog.line(doc.docId, doc.epoch, entry.line.slice(9, entry.line.length - 1));
 }
 
 /// The entries of a journal file's text up to `complete` (the end of its last whole line).

@@ -50,6 +50,9 @@ const openFlags =
 /// being written (or within one turn) shares one write and one `fdatasync`. Twenty busy
 /// documents thus cost one disk flush per round instead of twenty; the documents' own journal
 /// files are brought up to date later, in a checkpoint, and the log files it covers deleted.
+/// The entries of documents whose checkpoint failed are first written again, to a generation
+/// the checkpoint's rotation kept free (`writeCarried`), so that one document whose journal
+/// cannot be written holds back its own entries only, not every file of the log.
 ///
 /// Each round is framed: a header line `#<bytes> <crc32>` and then that many bytes of record
 /// lines (`round`). Reading a file back (`recover`), a round cut short by the end of the file
@@ -167,16 +170,55 @@ export class WriteAheadLog {
 
   /// Sends the next round of commits to a new file and returns the generation of the one
   /// left (a round in flight still finishes there). The write loop closes the old handle
-  /// between rounds, never under a write.
-  rotate(): number {
+  /// between rounds, never under a write. With `reserve` (a checkpoint), the generation right
+  /// after the one left is skipped and kept for `writeCarried`: replay reads the files in
+  /// generation order, so what is carried there comes after every record it replaces and
+  /// before every commit made from now on.
+  rotate(reserve = false): number {
     const left = this.generationNumber;
-    this.generationNumber++;
+    this.generationNumber += reserve ? 2 : 1;
     this.bytesWritten = 0;
     return left;
   }
 
+  /// Resolves true once no round may still be on its way into the file of `generation` or an
+  /// earlier one (one that was in flight when `rotate` left it, or whose handle was open on
+  /// it), false when that is still so after `timeoutMs` (a hung write). The commits of such a
+  /// round are acknowledged only once it has landed, so that file must not be deleted before.
+  /// Polls the write loop's state, every millisecond while it lasts (a round's time), so that
+  /// nothing on the write path keeps count for it.
+  async landedThrough(generation: number, timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.writing && this.handleGeneration <= generation) {
+      if (Date.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    return true;
+  }
+
+  /// Writes `text` (whole lines) as the one round of a new file of `generation` (one that
+  /// `rotate` reserved), fsyncs it and its directory entry. Outside the write loop: the
+  /// checkpoint carries forward what it could not move to a journal, and commits never wait
+  /// for it. Rejects with the file system's error; whatever landed of the file is then a
+  /// torn round (dropped on replay) or records that are also in the files it was to replace,
+  /// which stay.
+  async writeCarried(generation: number, text: string): Promise<void> {
+    const round = WriteAheadLog.round(text);
+    const handle = await open(WriteAheadLog.path(this.dir, generation), 'w');
+    try {
+      for (let done = 0; done < round.length;) {
+        const { bytesWritten } = await handle.write(round, done, round.length - done);
+        done += bytesWritten;
+      }
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await syncDirectory(this.dir);
+  }
+
   /// Deletes the log files of generations up to `generation` (their records are in the
-  /// documents' journals by now) and syncs the directory.
+  /// documents' journals by now, or carried forward to a later file) and syncs the directory.
   async removeThrough(generation: number, oldest: number): Promise<void> {
     for (let g = oldest; g <= generation; g++) {
       await unlink(WriteAheadLog.path(this.dir, g)).catch((error: unknown) => {
