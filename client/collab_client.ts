@@ -292,6 +292,10 @@ export class CollabClient {
       !epochChanged && this.state !== null && answer.version < getVersion(this.state);
     if (historyLost && this.acknowledgedVersion > answer.version)
       this.acknowledgedVersion = answer.version;
+    // Our batches seen confirmed past its version are gone with them, and the server numbers
+    // new steps from there again: a later batch of ours whose acknowledgement is lost may
+    // land at a version we once saw ours end at, and must still be recognised as landed.
+    if (historyLost && this.lastOwnRunEnd > answer.version) this.lastOwnRunEnd = answer.version;
     this.epoch = answer.epoch;
     // The last batch of ours seen confirmed, as numbered in the history we knew.
     const ownEnd = this.lastOwnRunEnd;
