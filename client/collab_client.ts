@@ -70,9 +70,11 @@ export interface CollabClientOptions {
   /// Called when the document was replaced by the server's copy (another epoch, history gone,
   /// or local steps the server refused): `dropped` local steps could not be kept.
   onReload?: (info: { dropped: number; reason: string }) => void;
-  /// Called when the server acknowledges a batch, or when a join shows that a batch whose
-  /// acknowledgement was lost is durable: `steps` (as the server applied them, rebased or not;
-  /// as sent, when the join answered with the whole document) are durable and end at `version`.
+  /// Called once per batch of this client the server made durable: when its broadcast (or a
+  /// join's catch-up) brings it back, or its acknowledgement does, or a join answered with the
+  /// whole document shows that a batch whose acknowledgement was lost is in it. `steps` (as the
+  /// server applied them, rebased or not; as sent, when the join answered with the whole
+  /// document) are durable and end at `version`.
   onAcknowledged?: (version: number, steps: readonly StepJSON[]) => void;
 }
 
@@ -110,9 +112,7 @@ export class CollabClient {
   private joined = false;
   private inFlight = false;
   private inFlightSteps: StepJSON[] = [];
-  /// Our own steps as the last broadcast that carried them had them, and the version they end
-  /// at: what an acknowledgement that follows confirms.
-  private lastOwnRun: readonly StepJSON[] = [];
+  /// The version our own steps in the last broadcast that carried any end at.
   private lastOwnRunEnd = -1;
   /// How many steps the last batch sent had: the first this-many unconfirmed steps are it.
   private sentCount = 0;
@@ -331,13 +331,10 @@ export class CollabClient {
       // server's, rebased or not, are inside `doc`.)
       if (landed > 0) this.acknowledge(answer.acceptedThrough!, this.inFlightSteps);
     } else {
-      // The steps since our version: a lost batch that landed is among them, as ours.
-      const lost = this.lostCount;
-      const confirmedBefore = this.lastOwnRunEnd;
+      // The steps since our version: a lost batch that landed is among them, as ours, and
+      // `receive` confirms and acknowledges it.
       this.lostCount = 0;
       this.receive(answer.version, answer.steps, answer.clientIDs);
-      if (lost > 0 && this.lastOwnRunEnd > confirmedBefore)
-        this.acknowledge(this.lastOwnRunEnd, this.lastOwnRun);
     }
   }
 
@@ -420,11 +417,9 @@ export class CollabClient {
       while (end < steps.length && clientIDs[end] === clientIDs[start]) end++;
       const run: Step[] = new Array(end - start);
       for (let i = start; i < end; i++) run[i - start] = Step.fromJSON(this.schema, steps[i]);
-      if (clientIDs[start] === this.clientID) {
-        this.lastOwnRun = steps.slice(start, end);
-        this.lastOwnRunEnd = base + end;
-      }
-      if (clientIDs[start] === this.clientID && !matchesUnconfirmed(state, steps, start, end)) {
+      const own = clientIDs[start] === this.clientID;
+      if (own) this.lastOwnRunEnd = base + end;
+      if (own && !matchesUnconfirmed(state, steps, start, end)) {
         // The server rebased our batch and got other steps than our own rebase did:
         // prosemirror-collab would take ours as confirmed and silently diverge.
         this.reconcile(state, run, confirmed, base + end);
@@ -443,6 +438,11 @@ export class CollabClient {
         // the next run goes on top of that, not of the state before it.
         state = this.state;
       }
+      // Broadcast only once durable: acknowledged, whether or not the acknowledgement that
+      // follows reaches us (the connection may drop between the two, or the batch was sent
+      // on an earlier connection and answered there).
+      if (own && base + end > this.acknowledgedVersion)
+        this.acknowledge(base + end, steps.slice(start, end));
       start = end;
     }
     if (this.staleTimer !== null && getVersion(state) >= this.waitForVersion) {
@@ -557,11 +557,10 @@ export class CollabClient {
       this.tokenRetries = 0;
       this.evictions = 0;
       this.batchLimit *= 2;
-      // The broadcast came first; it holds the steps as the server applied them.
-      this.acknowledge(
-        answer.version,
-        this.lastOwnRunEnd === answer.version ? this.lastOwnRun : this.inFlightSteps,
-      );
+      // The broadcast came first and acknowledged the batch, with the steps as the server
+      // applied them. Unless it was not applied (it seemed to leave a gap, and a pull fills it).
+      if (answer.version > this.acknowledgedVersion)
+        this.acknowledge(answer.version, this.inFlightSteps);
       this.trySend();
       return;
     }
