@@ -111,6 +111,10 @@ export class CollabClient {
   private readonly plugins: readonly Plugin[];
   private joined = false;
   private inFlight = false;
+  /// Set while a reload that drops the local steps the server refused is on its way: sending
+  /// meanwhile would only send them again, and their refusal would ask for another such
+  /// reload, which would drop what is typed after the first.
+  private reloading = false;
   private inFlightSteps: StepJSON[] = [];
   /// The version our own steps in the last broadcast that carried any end at.
   private lastOwnRunEnd = -1;
@@ -278,6 +282,7 @@ export class CollabClient {
         this.handleRefusal(answer, () => this.pull(full, dropLocal));
         return;
       }
+      if (dropLocal) this.reloading = false;
       this.applySync(answer, dropLocal);
       this.trySend();
     });
@@ -493,7 +498,14 @@ export class CollabClient {
   }
 
   private trySend(): void {
-    if (this.closed || !this.joined || !this.state || this.inFlight || this.retryTimer !== null) {
+    if (
+      this.closed ||
+      !this.joined ||
+      !this.state ||
+      this.inFlight ||
+      this.reloading ||
+      this.retryTimer !== null
+    ) {
       this.refreshStatus();
       return;
     }
@@ -664,6 +676,7 @@ export class CollabClient {
     }
     if (dropLocal && this.state) {
       this.error = body;
+      this.reloading = true;
       this.pull(true, true);
       return;
     }
@@ -689,6 +702,9 @@ export class CollabClient {
         this.batchLimit = Math.max(1, Math.floor(this.sentCount / 2));
     }
     this.inFlight = false;
+    // The reload's answer is lost with the connection; the join after it catches up instead
+    // (and a refused step sent again is refused again).
+    this.reloading = false;
     this.generation++;
     this.clearTimers();
     this.setStatus('offline');
