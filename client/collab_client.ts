@@ -70,9 +70,11 @@ export interface CollabClientOptions {
   /// Called when the document was replaced by the server's copy (another epoch, history gone,
   /// or local steps the server refused): `dropped` local steps could not be kept.
   onReload?: (info: { dropped: number; reason: string }) => void;
-  /// Called when the server acknowledges a batch, or when a join shows that a batch whose
-  /// acknowledgement was lost is durable: `steps` (as the server applied them, rebased or not;
-  /// as sent, when the join answered with the whole document) are durable and end at `version`.
+  /// Called once per batch of this client the server made durable: when its broadcast (or a
+  /// join's catch-up) brings it back, or its acknowledgement does, or a join answered with the
+  /// whole document shows that a batch whose acknowledgement was lost is in it. `steps` (as the
+  /// server applied them, rebased or not; as sent, when the join answered with the whole
+  /// document) are durable and end at `version`.
   onAcknowledged?: (version: number, steps: readonly StepJSON[]) => void;
 }
 
@@ -109,10 +111,12 @@ export class CollabClient {
   private readonly plugins: readonly Plugin[];
   private joined = false;
   private inFlight = false;
+  /// Set while a reload that drops the local steps the server refused is on its way: sending
+  /// meanwhile would only send them again, and their refusal would ask for another such
+  /// reload, which would drop what is typed after the first.
+  private reloading = false;
   private inFlightSteps: StepJSON[] = [];
-  /// Our own steps as the last broadcast that carried them had them, and the version they end
-  /// at: what an acknowledgement that follows confirms.
-  private lastOwnRun: readonly StepJSON[] = [];
+  /// The version our own steps in the last broadcast that carried any end at.
   private lastOwnRunEnd = -1;
   /// How many steps the last batch sent had: the first this-many unconfirmed steps are it.
   private sentCount = 0;
@@ -278,6 +282,7 @@ export class CollabClient {
         this.handleRefusal(answer, () => this.pull(full, dropLocal));
         return;
       }
+      if (dropLocal) this.reloading = false;
       this.applySync(answer, dropLocal);
       this.trySend();
     });
@@ -292,6 +297,10 @@ export class CollabClient {
       !epochChanged && this.state !== null && answer.version < getVersion(this.state);
     if (historyLost && this.acknowledgedVersion > answer.version)
       this.acknowledgedVersion = answer.version;
+    // Our batches seen confirmed past its version are gone with them, and the server numbers
+    // new steps from there again: a later batch of ours whose acknowledgement is lost may
+    // land at a version we once saw ours end at, and must still be recognised as landed.
+    if (historyLost && this.lastOwnRunEnd > answer.version) this.lastOwnRunEnd = answer.version;
     this.epoch = answer.epoch;
     // The last batch of ours seen confirmed, as numbered in the history we knew.
     const ownEnd = this.lastOwnRunEnd;
@@ -327,13 +336,10 @@ export class CollabClient {
       // server's, rebased or not, are inside `doc`.)
       if (landed > 0) this.acknowledge(answer.acceptedThrough!, this.inFlightSteps);
     } else {
-      // The steps since our version: a lost batch that landed is among them, as ours.
-      const lost = this.lostCount;
-      const confirmedBefore = this.lastOwnRunEnd;
+      // The steps since our version: a lost batch that landed is among them, as ours, and
+      // `receive` confirms and acknowledges it.
       this.lostCount = 0;
       this.receive(answer.version, answer.steps, answer.clientIDs);
-      if (lost > 0 && this.lastOwnRunEnd > confirmedBefore)
-        this.acknowledge(this.lastOwnRunEnd, this.lastOwnRun);
     }
   }
 
@@ -416,11 +422,9 @@ export class CollabClient {
       while (end < steps.length && clientIDs[end] === clientIDs[start]) end++;
       const run: Step[] = new Array(end - start);
       for (let i = start; i < end; i++) run[i - start] = Step.fromJSON(this.schema, steps[i]);
-      if (clientIDs[start] === this.clientID) {
-        this.lastOwnRun = steps.slice(start, end);
-        this.lastOwnRunEnd = base + end;
-      }
-      if (clientIDs[start] === this.clientID && !matchesUnconfirmed(state, steps, start, end)) {
+      const own = clientIDs[start] === this.clientID;
+      if (own) this.lastOwnRunEnd = base + end;
+      if (own && !matchesUnconfirmed(state, steps, start, end)) {
         // The server rebased our batch and got other steps than our own rebase did:
         // prosemirror-collab would take ours as confirmed and silently diverge.
         this.reconcile(state, run, confirmed, base + end);
@@ -439,6 +443,11 @@ export class CollabClient {
         // the next run goes on top of that, not of the state before it.
         state = this.state;
       }
+      // Broadcast only once durable: acknowledged, whether or not the acknowledgement that
+      // follows reaches us (the connection may drop between the two, or the batch was sent
+      // on an earlier connection and answered there).
+      if (own && base + end > this.acknowledgedVersion)
+        this.acknowledge(base + end, steps.slice(start, end));
       start = end;
     }
     if (this.staleTimer !== null && getVersion(state) >= this.waitForVersion) {
@@ -489,7 +498,14 @@ export class CollabClient {
   }
 
   private trySend(): void {
-    if (this.closed || !this.joined || !this.state || this.inFlight || this.retryTimer !== null) {
+    if (
+      this.closed ||
+      !this.joined ||
+      !this.state ||
+      this.inFlight ||
+      this.reloading ||
+      this.retryTimer !== null
+    ) {
       this.refreshStatus();
       return;
     }
@@ -553,11 +569,10 @@ export class CollabClient {
       this.tokenRetries = 0;
       this.evictions = 0;
       this.batchLimit *= 2;
-      // The broadcast came first; it holds the steps as the server applied them.
-      this.acknowledge(
-        answer.version,
-        this.lastOwnRunEnd === answer.version ? this.lastOwnRun : this.inFlightSteps,
-      );
+      // The broadcast came first and acknowledged the batch, with the steps as the server
+      // applied them. Unless it was not applied (it seemed to leave a gap, and a pull fills it).
+      if (answer.version > this.acknowledgedVersion)
+        this.acknowledge(answer.version, this.inFlightSteps);
       this.trySend();
       return;
     }
@@ -661,6 +676,7 @@ export class CollabClient {
     }
     if (dropLocal && this.state) {
       this.error = body;
+      this.reloading = true;
       this.pull(true, true);
       return;
     }
@@ -686,6 +702,9 @@ export class CollabClient {
         this.batchLimit = Math.max(1, Math.floor(this.sentCount / 2));
     }
     this.inFlight = false;
+    // The reload's answer is lost with the connection; the join after it catches up instead
+    // (and a refused step sent again is refused again).
+    this.reloading = false;
     this.generation++;
     this.clearTimers();
     this.setStatus('offline');

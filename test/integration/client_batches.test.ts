@@ -1,14 +1,41 @@
 import assert from 'node:assert/strict';
+import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
 import { openEditor } from '../support/editors.js';
 import { startServer } from '../support/server.js';
-import { waitFor } from '../support/wait.js';
+import { delay, waitFor } from '../support/wait.js';
 
 /// Types `text` at the end of the editor's first paragraph, as one step.
 function type(editor: CollabClient, text: string): void {
   const state = editor.state!;
   editor.dispatch(state.tr.insertText(text, state.doc.firstChild!.nodeSize - 1));
+}
+
+/// A TCP proxy to `port` that delays what the server sends by `delayMs` (in order), as a
+/// distant server would. Returns its URL and a function that closes it.
+async function slowProxy(port: number, delayMs: number): Promise<{ url: string; close(): void }> {
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = createConnection({ host: '127.0.0.1', port });
+    sockets.add(client).add(upstream);
+    client.on('data', (chunk) => upstream.write(chunk));
+    upstream.on('data', (chunk) => setTimeout(() => client.write(chunk), delayMs));
+    const closeBoth = (): void => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('close', closeBoth).on('error', closeBoth);
+    upstream.on('close', closeBoth).on('error', closeBoth);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close(): void {
+      for (const socket of sockets) socket.destroy();
+      server.close();
+    },
+  };
 }
 
 describe('client: a batch refused as too-large', () => {
@@ -41,6 +68,49 @@ describe('client: a batch refused as too-large', () => {
       assert.ok((editor.refusals['too-large'] ?? 0) >= 3, JSON.stringify(editor.refusals));
     } finally {
       editor.close();
+      await server.close();
+    }
+  });
+});
+
+describe('client: a step the server refuses for good', () => {
+  it('keeps what is typed after the reload that dropped it', async () => {
+    // 40 ms from the server to the client: keys typed while the refusal and the reload are on
+    // their way are sent, with the refused step again, before the reload comes.
+    const server = await startServer();
+    const proxy = await slowProxy(server.port, 40);
+    const typed: string[] = [];
+    const reloads: { dropped: number; typedBefore: number }[] = [];
+    const editor = openEditor(proxy.url, 'after-the-reload', {
+      onReload: (info) => reloads.push({ dropped: info.dropped, typedBefore: typed.length }),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'the editor to join');
+      // An attribute the paragraph does not define: applied here, refused `invalid-step`.
+      editor.dispatch(editor.state!.tr.setNodeAttribute(0, 'bogus', 1));
+      for (let i = 0; i < 80; i++) {
+        const letter = String.fromCharCode(97 + (i % 26));
+        type(editor, letter);
+        typed.push(letter);
+        await delay(5);
+      }
+      await waitFor(
+        () => editor.status === 'synced' && !editor.hasUnconfirmed,
+        'every key to be confirmed or dropped',
+      );
+      assert.ok(reloads.length >= 1);
+      assert.equal(editor.error?.code, 'invalid-step');
+      // What was typed before the reload went with the refused step (the client's rule for a
+      // step the server will never take); what was typed after it is on a sound document.
+      const kept = typed.slice(reloads[0]!.typedBefore).join('');
+      assert.equal(editor.state!.doc.textContent, kept, JSON.stringify(reloads));
+      assert.deepEqual(
+        reloads.map((reload) => reload.dropped),
+        [reloads[0]!.typedBefore + 1],
+      );
+    } finally {
+      editor.close();
+      proxy.close();
       await server.close();
     }
   });

@@ -201,6 +201,74 @@ describe('a Redis that goes back to an older state', () => {
   });
 });
 
+describe('a Redis that goes back to an older state, then a lost acknowledgement', () => {
+  it('does not apply twice a batch whose acknowledgement was lost after the client reloaded the older history', async () => {
+    const client = redis();
+    await client.connect();
+    // Rooms unload 50 ms after their last editor: the rejoin below is answered with the whole
+    // document, and `acceptedThrough` is what says whether the lost batch landed.
+    let server = await startServer(
+      { idleUnloadMs: 50 },
+      new RedisStore({ url: redisUrl, keyPrefix }),
+    );
+    const port = server.port;
+    const docId = `ahead-lost-ack-${randomUUID()}`;
+    const reloads: string[] = [];
+    const editor = openEditor(server.url, docId, {
+      clientID: 'rho',
+      reconnectDelayMs: 1500,
+      reconnectDelayMaxMs: 1500,
+      reconnectJitter: 0,
+      onReload: ({ reason }) => reloads.push(reason),
+    });
+    try {
+      await editor.ready();
+      const type = (what: string): void => {
+        const state = editor.state!;
+        editor.dispatch(state.tr.insertText(what, state.doc.content.size - 1));
+      };
+      type('a');
+      await editor.settled();
+      const older = await dumpDocument(client, docId);
+      type('b');
+      await editor.settled();
+
+      // Redis goes back to "a" while no process serves the document: the editor comes back
+      // ahead of the server, in the same epoch, and reloads "a" (version 1).
+      await server.close();
+      await restoreDocument(client, docId, older);
+      server = await startServer(
+        { port, idleUnloadMs: 50 },
+        new RedisStore({ url: redisUrl, keyPrefix }),
+      );
+      await waitFor(
+        () => reloads.length === 1 && editor.status === 'synced',
+        'the editor to reload',
+        15_000,
+      );
+      assert.equal(editor.state!.doc.textContent, 'a');
+
+      // "c" goes out and lands as version 2, but the connection drops before its broadcast
+      // and acknowledgement come back; the room unloads before the editor returns.
+      type('c');
+      editor.socket.io.engine.close();
+      await waitFor(() => editor.reconnects >= 2 && reloads.length === 2, 'the rejoin', 15_000);
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'settled', 15_000);
+      const served = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+        version: number;
+        doc: DocJSON;
+      };
+      assert.equal(text(served.doc), 'ac', '"c" once on the server');
+      assert.equal(editor.state!.doc.textContent, 'ac', '"c" once in the editor');
+      assert.equal(editor.version, served.version);
+    } finally {
+      editor.close();
+      await server.close();
+      await client.close();
+    }
+  });
+});
+
 /// A TCP proxy to `port` whose answers to the client can be dropped (`hold`) and which can
 /// refuse new connections (`refuse`), so that a batch lands while its acknowledgement is lost.
 async function lossyProxy(port: number) {

@@ -1,0 +1,98 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { CollabClient } from '../../client/index.js';
+import { MemoryStore } from '../../server/index.js';
+import type { AppendOutcome, AppendRequest } from '../../server/stores/store.js';
+import { openEditor } from '../support/editors.js';
+import { startServer } from '../support/server.js';
+import { delay, waitFor } from '../support/wait.js';
+
+// What the client reports as acknowledged (durable on the server) when connections drop
+// between a batch's broadcast and its acknowledgement. Real server, real sockets.
+
+function typeAtEnd(editor: CollabClient, text: string): void {
+  const state = editor.state!;
+  editor.dispatch(state.tr.insertText(text, state.doc.firstChild!.nodeSize - 1));
+}
+
+/// A store that takes `delayMs` to append a batch holding `marker`.
+class SlowStore extends MemoryStore {
+  constructor(
+    private readonly marker: string,
+    private readonly delayMs: number,
+  ) {
+    super();
+  }
+  override async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
+    if (JSON.stringify(request.steps).includes(this.marker)) await delay(this.delayMs);
+    return super.append(docId, request);
+  }
+}
+
+describe('client acknowledgements', () => {
+  it('reports a batch as acknowledged when its broadcast came but the connection dropped before its acknowledgement', async () => {
+    const server = await startServer();
+    const acknowledged: number[] = [];
+    let dropOnConfirm = false;
+    let editor: CollabClient | null = null;
+    editor = openEditor(server.url, 'ack-after-broadcast', {
+      clientID: 'ack-1',
+      reconnectDelayMs: 100,
+      reconnectJitter: 0,
+      onAcknowledged: (version) => acknowledged.push(version),
+      // The broadcast that confirms the batch is applied: the transport closes at once, before
+      // the acknowledgement written after it is read.
+      onState: (_state, tr) => {
+        if (dropOnConfirm && tr !== null && !editor!.hasUnconfirmed) {
+          dropOnConfirm = false;
+          editor!.socket.io.engine.close();
+        }
+      },
+    });
+    try {
+      await waitFor(() => editor!.status === 'synced', 'joined');
+      typeAtEnd(editor, 'A');
+      await editor.settled();
+      dropOnConfirm = true;
+      typeAtEnd(editor, 'B');
+      await waitFor(() => editor!.reconnects >= 1 && editor!.status === 'synced', 'rejoined');
+      assert.equal(editor.state!.doc.textContent, 'AB');
+      assert.equal(editor.version, 2);
+      // "B" is durable (it was broadcast), and nothing more will come to say so.
+      assert.equal(editor.acknowledgedVersion, 2);
+      assert.deepEqual(acknowledged, [1, 2]);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
+  it('reports a batch as acknowledged when it lands after the editor came back and resent it', async () => {
+    // "B" takes 400 ms to journal: the editor is back and has joined before it is published,
+    // sends it again (refused stale: the server has it already), and sees it in a broadcast.
+    const server = await startServer({}, new SlowStore('B', 400));
+    const acknowledged: number[] = [];
+    const editor = openEditor(server.url, 'ack-after-resend', {
+      clientID: 'ack-2',
+      reconnectDelayMs: 20,
+      reconnectJitter: 0,
+      onAcknowledged: (version) => acknowledged.push(version),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'joined');
+      typeAtEnd(editor, 'A');
+      await editor.settled();
+      typeAtEnd(editor, 'B');
+      editor.socket.io.engine.close();
+      await waitFor(() => editor.reconnects >= 1 && editor.status === 'synced', 'rejoined');
+      assert.equal(editor.state!.doc.textContent, 'AB');
+      assert.equal(editor.version, 2);
+      assert.equal(editor.refusals['stale'], 1, 'the resend was refused, not applied twice');
+      assert.equal(editor.acknowledgedVersion, 2);
+      assert.deepEqual(acknowledged, [1, 2]);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+});
