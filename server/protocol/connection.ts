@@ -285,32 +285,36 @@ export function attachProtocol(
           answerSync(socket, room, request, answer, options.maxSocketBufferBytes);
         if (socket.data.room) return answerFrom(socket.data.room);
         const address = socket.data.address;
-        rooms
-          .get(socket.data.docId, () => admission.mayCreate(address))
-          .then(
-            (room) => {
-              // The socket may have left while the document loaded, or joined twice.
-              if (!socket.connected) return;
-              if (socket.data.room) return answerFrom(socket.data.room);
-              if (!room || room.state !== 'open') return ack(refusal('unavailable'));
-              // Joining the Socket.io room and answering happen in one synchronous step: every
-              // broadcast after the answer's version reaches this socket, and none before it.
-              void socket.join(room.docId);
-              socket.data.room = room;
-              rooms.attach(room);
-              answerFrom(room);
-            },
-            (err: unknown) => {
-              const code = loadFailureCode(err);
-              if (code === 'unavailable' || code === 'internal') {
-                log.warn({ doc: socket.data.docId, err }, 'document load failed');
-              }
-              const body = refusal(code, (err as Error)?.message);
-              const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-              if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
-              ack(body);
-            },
-          );
+        // A reader may follow a document, not make one: one the store does not know is
+        // answered `not-found` and nothing is created for it, and one another node serves is
+        // answered `moved` without asking that node to hand it over (a reader must not move
+        // a document away from its editors).
+        const create = socket.data.readOnly ? false : () => admission.mayCreate(address);
+        rooms.get(socket.data.docId, create).then(
+          (room) => {
+            // The socket may have left while the document loaded, or joined twice.
+            if (!socket.connected) return;
+            if (socket.data.room) return answerFrom(socket.data.room);
+            if (!room) return ack(refusal('not-found', readerCannotCreate));
+            if (room.state !== 'open') return ack(refusal('unavailable'));
+            // Joining the Socket.io room and answering happen in one synchronous step: every
+            // broadcast after the answer's version reaches this socket, and none before it.
+            void socket.join(room.docId);
+            socket.data.room = room;
+            rooms.attach(room);
+            answerFrom(room);
+          },
+          (err: unknown) => {
+            const code = loadFailureCode(err);
+            if (code === 'unavailable' || code === 'internal') {
+              log.warn({ doc: socket.data.docId, err }, 'document load failed');
+            }
+            const body = refusal(code, (err as Error)?.message);
+            const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+            if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
+            ack(body);
+          },
+        );
       }),
     );
 
@@ -393,6 +397,9 @@ export function attachProtocol(
 }
 
 const tokenExpired = 'The token has expired: reconnect with a fresh one';
+
+const readerCannotCreate =
+  'No document has this id, and a read-only connection cannot create one: a writer must join it first';
 
 /// True once the token `data` was admitted with has expired. Its socket may then do nothing:
 /// reads included, since expiry is how a token's access ends.
