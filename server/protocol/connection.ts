@@ -183,12 +183,20 @@ export function attachProtocol(
       return new HandshakeError('forbidden', 'This client id belongs to another user');
     }
     const address = admission.address(socket.request);
-    const cap = admission.enter(address, clientID);
+    const cap = admission.enter(address, clientID, user, doc);
     if (cap === 'address') {
       return new HandshakeError('too-many-connections', 'Too many connections from this address');
     }
     if (cap === 'client') {
       return new HandshakeError('too-many-connections', 'Too many connections with this client id');
+    }
+    if (cap === 'documents') {
+      return new HandshakeError(
+        'too-many-documents',
+        user === null
+          ? 'This address has as many documents open as it may: close one and try again'
+          : 'This user has as many documents open as it may: close one and try again',
+      );
     }
     const now = Date.now();
     socket.data = {
@@ -222,7 +230,7 @@ export function attachProtocol(
       // one connection, and each round would otherwise leave a listener on it.
       conn.off('close', release);
       socket.off('disconnect', release);
-      admission.leave(address, clientID);
+      admission.leave(address, clientID, user, doc);
       if (claims) owners.release(clientID, Date.now());
     };
     conn.on('close', release);
