@@ -194,8 +194,8 @@ export class Rooms {
   /// The room of `docId`, loading it from the store if needed. With `create` a document the
   /// store does not know starts empty (a fresh epoch, version 0), if the permit (when `create`
   /// is one) allows it, else rejects with `CreationRateError`; without it (a read), resolves
-  /// null, having taken no lease and unloaded nothing for it. A read never asks another
-  /// process to hand a document over: it is refused `moved` like any other.
+  /// null, having taken no lease and unloaded nothing for it; a read of a document another
+  /// process holds rejects with `moved` without asking that process to hand it over.
   /// When `maxLoadedDocuments` rooms are held, the least recently used one without sockets is
   /// unloaded first (after its snapshot); if every one has sockets, rejects with
   /// `TooManyDocumentsError`.
