@@ -99,6 +99,7 @@ async function startCluster(
         // Load testing from one address: the per-address caps and rates are for the internet.
         MAX_CONNECTIONS_PER_IP: '0',
         NEW_DOCUMENTS_PER_MINUTE: '0',
+        MAX_DOCUMENTS_PER_USER: '0',
         BATCHES_PER_SECOND: '0',
         PULLS_PER_SECOND: '0',
       },

@@ -59,6 +59,7 @@ async function main(): Promise<number> {
   const server = await startServerProcess({
     MAX_CONNECTIONS_PER_IP: '0',
     NEW_DOCUMENTS_PER_MINUTE: '0',
+    MAX_DOCUMENTS_PER_USER: '0',
     MAX_LOADED_DOCUMENTS: String(Math.max(2000, docs * 2)),
     // Idle means idle: nobody leaves, so nothing is unloaded during the run.
     IDLE_UNLOAD_MS: '600000',

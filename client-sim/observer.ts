@@ -12,6 +12,8 @@ export class Observer {
   joined = false;
   private readonly network: NetworkDelay;
   private readonly joinWaiters: (() => void)[] = [];
+  private retry: NodeJS.Timeout | null = null;
+  private closed = false;
 
   constructor(
     url: string,
@@ -33,18 +35,29 @@ export class Observer {
       ...(parser ? { parser } : {}),
     });
     this.network.wrapEmit(this.socket);
-    this.socket.on('connect', () => {
-      this.socket.emit('join', {}, (answer) => {
-        if (!answer.ok) return;
-        this.joined = true;
-        for (const resolve of this.joinWaiters.splice(0)) resolve();
-      });
-    });
+    this.socket.on('connect', () => this.join());
     this.socket.on('disconnect', () => {
       this.joined = false;
     });
     this.socket.io.on('reconnect', () => recorder.reconnect());
     this.socket.on('steps', () => recorder.broadcast());
+  }
+
+  /// Joins, and asks again a moment later while refused: a reader cannot make a document,
+  /// so one that connects before its document's first editor is answered `not-found` until
+  /// that editor has joined.
+  private join(): void {
+    if (this.retry) clearTimeout(this.retry);
+    this.retry = null;
+    if (!this.socket.connected || this.closed) return;
+    this.socket.emit('join', {}, (answer) => {
+      if (!answer.ok) {
+        this.retry = setTimeout(() => this.join(), 250);
+        return;
+      }
+      this.joined = true;
+      for (const resolve of this.joinWaiters.splice(0)) resolve();
+    });
   }
 
   /// Resolves once the first join has answered.
@@ -54,6 +67,8 @@ export class Observer {
   }
 
   close(): void {
+    this.closed = true;
+    if (this.retry) clearTimeout(this.retry);
     this.socket.close();
     this.network.close();
   }

@@ -68,7 +68,8 @@ export const errors = {
     retryable: true,
   },
   'too-many-documents': {
-    message: 'The server holds as many documents as it may: try again later',
+    message:
+      'The server, or this user or address, holds as many documents as it may: try again later',
     retryable: true,
   },
   'too-many-errors': {

@@ -45,6 +45,10 @@ export interface Config {
   /// Caps per client address and per client id (0 = no limit).
   maxConnectionsPerIp: number;
   maxSocketsPerClient: number;
+  /// Distinct documents one user (the authenticated user; in open mode, one client address)
+  /// may have sockets on at once (0 = no limit): what keeps one client from holding every
+  /// one of `maxLoadedDocuments`.
+  maxDocumentsPerUser: number;
   /// New documents one client address may create per minute (0 = no limit).
   newDocumentsPerMinute: number;
   /// Documents held in memory; the least recently used idle one is unloaded to make room.
@@ -116,6 +120,7 @@ export const defaults: Readonly<Config> = Object.freeze({
   pullsBurst: 10,
   maxConnectionsPerIp: 2_000,
   maxSocketsPerClient: 8,
+  maxDocumentsPerUser: 100,
   newDocumentsPerMinute: 300,
   maxLoadedDocuments: 2_000,
   maxProtocolErrors: 20,
@@ -166,6 +171,7 @@ export const environment = {
   PULLS_BURST: 'pullsBurst',
   MAX_CONNECTIONS_PER_IP: 'maxConnectionsPerIp',
   MAX_SOCKETS_PER_CLIENT: 'maxSocketsPerClient',
+  MAX_DOCUMENTS_PER_USER: 'maxDocumentsPerUser',
   NEW_DOCUMENTS_PER_MINUTE: 'newDocumentsPerMinute',
   MAX_LOADED_DOCUMENTS: 'maxLoadedDocuments',
   MAX_PROTOCOL_ERRORS: 'maxProtocolErrors',
@@ -220,6 +226,7 @@ const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   pullsBurst: [1, 1_000_000],
   maxConnectionsPerIp: [0, 10_000_000],
   maxSocketsPerClient: [0, 1_000_000],
+  maxDocumentsPerUser: [0, 10_000_000],
   newDocumentsPerMinute: [0, 10_000_000],
   maxLoadedDocuments: [1, 10_000_000],
   maxProtocolErrors: [1, 1_000_000],

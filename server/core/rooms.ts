@@ -193,7 +193,9 @@ export class Rooms {
 
   /// The room of `docId`, loading it from the store if needed. With `create` a document the
   /// store does not know starts empty (a fresh epoch, version 0), if the permit (when `create`
-  /// is one) allows it, else rejects with `CreationRateError`; without it, resolves null.
+  /// is one) allows it, else rejects with `CreationRateError`; without it (a read), resolves
+  /// null, having taken no lease and unloaded nothing for it; a read of a document another
+  /// process holds rejects with `moved` without asking that process to hand it over.
   /// When `maxLoadedDocuments` rooms are held, the least recently used one without sockets is
   /// unloaded first (after its snapshot); if every one has sockets, rejects with
   /// `TooManyDocumentsError`.
@@ -272,14 +274,25 @@ export class Rooms {
 
   private async load(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     if (this.closing) throw new StoreUnavailableError('shutting down');
+    // A read looks first: a document the store does not know is answered null before anything
+    // is done for it. A lease would take a fencing number and record this node as the
+    // document's home, keys that stay for good, and space would be made by unloading another
+    // document: a reader probing made-up ids must change nothing.
+    let known: StoredDocument | null = null;
+    if (create === false) {
+      known = await this.read(docId);
+      if (!known) return null;
+    }
     await this.makeSpace(docId);
     // The lease first: what is loaded after it is the newest state, since no other process
-    // can append once it is ours.
+    // can append once it is ours. So with leases a read loads again once it holds the lease
+    // (another process may have appended since the look); without them no other process
+    // writes, and what the look found is the newest state.
     // Only an editor (`create`) claims a document held elsewhere: a read must not move it.
     const lease = this.leases ? await this.acquire(docId, create !== false) : null;
     let room: Room | null = null;
     try {
-      room = await this.loadHeld(docId, create, lease);
+      room = await this.loadHeld(docId, create, lease, lease ? null : known);
       return room;
     } finally {
       // Not serving it after all (absent, damaged, refused): let another process have it now
@@ -290,21 +303,29 @@ export class Rooms {
     }
   }
 
-  /// The rest of `load`, once the lease (if any) is held.
-  private async loadHeld(
-    docId: string,
-    create: boolean | CreatePermit,
-    lease: Lease | null,
-  ): Promise<Room | null> {
-    let stored: StoredDocument | null;
+  /// Reads `docId` from the store: null when the store has never seen it. Rejects with
+  /// `StoreUnavailableError` when the store cannot be reached, and quarantines the document
+  /// (rejecting with `CorruptDocumentError`) for anything else the store threw while reading.
+  private async read(docId: string): Promise<StoredDocument | null> {
     try {
-      stored = await this.store.load(docId);
+      return await this.store.load(docId);
     } catch (err) {
       // The store could not be reached: retryable. Anything else it threw while reading is
       // data it cannot parse (a torn or foreign entry): the document is damaged.
       if (err instanceof StoreUnavailableError) throw err;
       throw this.quarantine(docId, err);
     }
+  }
+
+  /// The rest of `load`, once the lease (if any) is held. `known`: the document as read
+  /// before, when that read is still the newest state (no leases); null to read it now.
+  private async loadHeld(
+    docId: string,
+    create: boolean | CreatePermit,
+    lease: Lease | null,
+    known: StoredDocument | null,
+  ): Promise<Room | null> {
+    const stored = known ?? (await this.read(docId));
     const existing = this.rooms.get(docId);
     if (existing) return existing;
     let room: Room;

@@ -6,17 +6,21 @@ import { TokenBucket } from './token_bucket.js';
 export interface AdmissionLimits {
   maxConnectionsPerIp: number;
   maxSocketsPerClient: number;
+  maxDocumentsPerUser: number;
   newDocumentsPerMinute: number;
   trustProxy: readonly string[];
 }
 
-/// Who may connect, counted per client address and per client id, and how fast one address
-/// may create documents. Counts are held while sockets are connected and released when they
-/// leave; buckets of addresses that have been quiet long enough to be full again are dropped,
-/// so nothing here grows with the number of addresses ever seen.
+/// Who may connect, counted per client address, per client id and in distinct documents per
+/// user, and how fast one address may create documents. Counts are held while sockets are
+/// connected and released when they leave; buckets of addresses that have been quiet long
+/// enough to be full again are dropped, so nothing here grows with the number of addresses
+/// ever seen.
 export class Admission {
   private readonly perAddress = new Map<string, number>();
   private readonly perClient = new Map<string, number>();
+  /// By user (`holderOf`): the documents its sockets are on, and how many sockets on each.
+  private readonly perUser = new Map<string, Map<string, number>>();
   private readonly creations = new Map<string, TokenBucket>();
   private readonly trust: (address: string, hop: number) => boolean;
   private lastSweep = 0;
@@ -31,9 +35,15 @@ export class Admission {
     return proxyAddr(request, this.trust);
   }
 
-  /// Counts a socket of `address` and `clientID` in, or says which cap it hits ('address' or
-  /// 'client') and counts nothing.
-  enter(address: string, clientID: string): 'address' | 'client' | null {
+  /// Counts a socket of `address` and `clientID` on document `docId`, for `user` (null in
+  /// open mode) in, or says which cap it hits ('address', 'client', or 'documents': its user
+  /// has sockets on as many other documents as it may) and counts nothing.
+  enter(
+    address: string,
+    clientID: string,
+    user: string | null,
+    docId: string,
+  ): 'address' | 'client' | 'documents' | null {
     const fromAddress = this.perAddress.get(address) ?? 0;
     if (this.limits.maxConnectionsPerIp > 0 && fromAddress >= this.limits.maxConnectionsPerIp) {
       return 'address';
@@ -42,15 +52,31 @@ export class Admission {
     if (this.limits.maxSocketsPerClient > 0 && ofClient >= this.limits.maxSocketsPerClient) {
       return 'client';
     }
+    // Every socket may load its document and keeps it in memory while it stays, so without
+    // this one client could hold every one of `maxLoadedDocuments` by opening a socket on
+    // each of as many documents, and the server would refuse everyone else's. Another socket
+    // on a document the user already has open costs nothing more, and is let in.
+    const holder = holderOf(address, user);
+    const documents = this.perUser.get(holder);
+    const onDocument = documents?.get(docId) ?? 0;
+    const max = this.limits.maxDocumentsPerUser;
+    if (max > 0 && onDocument === 0 && (documents?.size ?? 0) >= max) return 'documents';
     this.perAddress.set(address, fromAddress + 1);
     this.perClient.set(clientID, ofClient + 1);
+    if (documents) documents.set(docId, onDocument + 1);
+    else this.perUser.set(holder, new Map([[docId, 1]]));
     return null;
   }
 
-  /// Counts a socket that `enter` admitted out again.
-  leave(address: string, clientID: string): void {
+  /// Counts a socket that `enter` admitted out again (with the same arguments).
+  leave(address: string, clientID: string, user: string | null, docId: string): void {
     decrement(this.perAddress, address);
     decrement(this.perClient, clientID);
+    const holder = holderOf(address, user);
+    const documents = this.perUser.get(holder);
+    if (!documents) return;
+    decrement(documents, docId);
+    if (documents.size === 0) this.perUser.delete(holder);
   }
 
   /// Asks whether `address` may create one more document now: 0 when it may (the creation is
@@ -74,6 +100,14 @@ export class Admission {
       if (bucket.full(now)) this.creations.delete(address);
     }
   }
+}
+
+/// Whom the documents of a socket are counted against: its user, as `authenticate` named it
+/// (people behind one address, an office's, each have their own), or its address in open
+/// mode, where nothing else tells clients apart. Prefixed, so that no user name can be taken
+/// for an address.
+function holderOf(address: string, user: string | null): string {
+  return user === null ? `address ${address}` : `user ${user}`;
 }
 
 function decrement(map: Map<string, number>, key: string): void {

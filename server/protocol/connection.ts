@@ -183,12 +183,20 @@ export function attachProtocol(
       return new HandshakeError('forbidden', 'This client id belongs to another user');
     }
     const address = admission.address(socket.request);
-    const cap = admission.enter(address, clientID);
+    const cap = admission.enter(address, clientID, user, doc);
     if (cap === 'address') {
       return new HandshakeError('too-many-connections', 'Too many connections from this address');
     }
     if (cap === 'client') {
       return new HandshakeError('too-many-connections', 'Too many connections with this client id');
+    }
+    if (cap === 'documents') {
+      return new HandshakeError(
+        'too-many-documents',
+        user === null
+          ? 'This address has as many documents open as it may: close one and try again'
+          : 'This user has as many documents open as it may: close one and try again',
+      );
     }
     const now = Date.now();
     socket.data = {
@@ -222,7 +230,7 @@ export function attachProtocol(
       // one connection, and each round would otherwise leave a listener on it.
       conn.off('close', release);
       socket.off('disconnect', release);
-      admission.leave(address, clientID);
+      admission.leave(address, clientID, user, doc);
       if (claims) owners.release(clientID, Date.now());
     };
     conn.on('close', release);
@@ -285,32 +293,36 @@ export function attachProtocol(
           answerSync(socket, room, request, answer, options.maxSocketBufferBytes);
         if (socket.data.room) return answerFrom(socket.data.room);
         const address = socket.data.address;
-        rooms
-          .get(socket.data.docId, () => admission.mayCreate(address))
-          .then(
-            (room) => {
-              // The socket may have left while the document loaded, or joined twice.
-              if (!socket.connected) return;
-              if (socket.data.room) return answerFrom(socket.data.room);
-              if (!room || room.state !== 'open') return ack(refusal('unavailable'));
-              // Joining the Socket.io room and answering happen in one synchronous step: every
-              // broadcast after the answer's version reaches this socket, and none before it.
-              void socket.join(room.docId);
-              socket.data.room = room;
-              rooms.attach(room);
-              answerFrom(room);
-            },
-            (err: unknown) => {
-              const code = loadFailureCode(err);
-              if (code === 'unavailable' || code === 'internal') {
-                log.warn({ doc: socket.data.docId, err }, 'document load failed');
-              }
-              const body = refusal(code, (err as Error)?.message);
-              const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-              if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
-              ack(body);
-            },
-          );
+        // A reader may follow a document, not make one: one the store does not know is
+        // answered `not-found` and nothing is created for it, and one another node serves is
+        // answered `moved` without asking that node to hand it over (a reader must not move
+        // a document away from its editors).
+        const create = socket.data.readOnly ? false : () => admission.mayCreate(address);
+        rooms.get(socket.data.docId, create).then(
+          (room) => {
+            // The socket may have left while the document loaded, or joined twice.
+            if (!socket.connected) return;
+            if (socket.data.room) return answerFrom(socket.data.room);
+            if (!room) return ack(refusal('not-found', readerCannotCreate));
+            if (room.state !== 'open') return ack(refusal('unavailable'));
+            // Joining the Socket.io room and answering happen in one synchronous step: every
+            // broadcast after the answer's version reaches this socket, and none before it.
+            void socket.join(room.docId);
+            socket.data.room = room;
+            rooms.attach(room);
+            answerFrom(room);
+          },
+          (err: unknown) => {
+            const code = loadFailureCode(err);
+            if (code === 'unavailable' || code === 'internal') {
+              log.warn({ doc: socket.data.docId, err }, 'document load failed');
+            }
+            const body = refusal(code, (err as Error)?.message);
+            const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+            if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
+            ack(body);
+          },
+        );
       }),
     );
 
@@ -393,6 +405,9 @@ export function attachProtocol(
 }
 
 const tokenExpired = 'The token has expired: reconnect with a fresh one';
+
+const readerCannotCreate =
+  'No document has this id, and a read-only connection cannot create one: a writer must join it first';
 
 /// True once the token `data` was admitted with has expired. Its socket may then do nothing:
 /// reads included, since expiry is how a token's access ends.

@@ -126,9 +126,10 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       token: await token('will', 'shared', 'write'),
     });
     try {
+      // The writer first: a reader cannot make the document.
+      assert.equal((await typeOnce(writer)).ok, true);
       const refused = await typeOnce(reader);
       assert.equal(!refused.ok && refused.code, 'forbidden');
-      assert.equal((await typeOnce(writer)).ok, true);
     } finally {
       reader.close();
       writer.close();

@@ -4,6 +4,7 @@ import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
 import { WebSocket } from 'ws';
 import { emptyDoc, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { signToken } from '../../server/protocol/auth.js';
 import { TokenBucket } from '../../server/protocol/token_bucket.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
@@ -214,6 +215,79 @@ describe('admission and back-pressure', () => {
       assert.ok((await ask<SyncAnswer>(existing, 'join', {})).ok, 'an existing document');
       const missing = await fetch(`${server.url}/docs/new-3`);
       assert.equal(missing.status, 404, 'the refused document was not created');
+    });
+  });
+
+  it('caps the documents one address has open, so that it cannot hold every loaded one', async () => {
+    // Behind a trusted proxy, so that two clients of the test have two addresses.
+    const from = (url: string, address: string, doc: string, clientID: string): Socket =>
+      io(url, {
+        transports: ['websocket'],
+        reconnection: false,
+        forceNew: true,
+        query: { doc },
+        auth: { clientID },
+        extraHeaders: { 'X-Forwarded-For': address },
+      });
+    const joins = async (socket: Socket): Promise<boolean> =>
+      (await outcome(socket)) === 'connected' && (await ask<SyncAnswer>(socket, 'join', {})).ok;
+    await withServer(
+      { maxDocumentsPerUser: 2, maxLoadedDocuments: 3, trustProxy: ['loopback'] },
+      async (server, sockets) => {
+        const greedy = '203.0.113.7';
+        const first = from(server.url, greedy, 'hoard-1', 'g1');
+        sockets.push(first);
+        assert.ok(await joins(first));
+        const second = from(server.url, greedy, 'hoard-2', 'g2');
+        sockets.push(second);
+        assert.ok(await joins(second));
+        // A third document from that address is refused (retryably: see the table), and not
+        // loaded.
+        const third = from(server.url, greedy, 'hoard-3', 'g3');
+        sockets.push(third);
+        assert.equal(await outcome(third), 'too-many-documents');
+        assert.equal(server.server.rooms.peek('hoard-3'), undefined);
+        // Another socket on a document it has open costs nothing more.
+        const again = from(server.url, greedy, 'hoard-1', 'g4');
+        sockets.push(again);
+        assert.ok(await joins(again), 'a document it already has open');
+        // Someone else still gets a document loaded.
+        const other = from(server.url, '203.0.113.8', 'mine', 'o1');
+        sockets.push(other);
+        assert.ok(await joins(other), 'another address');
+        // Closing one frees its place.
+        second.close();
+        let freed = false;
+        for (let i = 0; i < 20 && !freed; i++) {
+          await delay(25);
+          const retry = from(server.url, greedy, 'hoard-3', `g5-${i}`);
+          sockets.push(retry);
+          freed = await joins(retry).catch(() => false);
+        }
+        assert.ok(freed, 'a place freed up');
+      },
+    );
+  });
+
+  it('counts the documents of an authenticated user, not of its address', async () => {
+    const secret = 'a-test-secret-that-is-long-enough-0123456789';
+    const as = async (url: string, user: string, doc: string, clientID: string) => {
+      const token = await signToken(secret, { user, doc: '*', access: 'write', ttlSeconds: 60 });
+      return rawSocket(url, doc, { clientID, token });
+    };
+    await withServer({ authSecret: secret, maxDocumentsPerUser: 1 }, async (server, sockets) => {
+      // Two people behind one address (an office's) each have their own budget.
+      const ann = await as(server.url, 'ann', 'ann-notes', 'a1');
+      const bob = await as(server.url, 'bob', 'bob-notes', 'b1');
+      sockets.push(ann, bob);
+      assert.equal(await outcome(ann), 'connected');
+      assert.equal(await outcome(bob), 'connected', 'another user from the same address');
+      const more = await as(server.url, 'ann', 'ann-drafts', 'a2');
+      sockets.push(more);
+      assert.equal(await outcome(more), 'too-many-documents', 'a second document of ann');
+      const same = await as(server.url, 'ann', 'ann-notes', 'a3');
+      sockets.push(same);
+      assert.equal(await outcome(same), 'connected', 'ann again on her open document');
     });
   });
 

@@ -176,8 +176,11 @@ describe('bad input gets a coded error and changes nothing', () => {
   });
 
   it('refuses steps from a read-only socket with forbidden', async () => {
+    // A reader follows a document; a writer makes it.
+    const writer = rawSocket(server.url, 'read-only', 'w');
     const socket = rawSocket(server.url, { doc: 'read-only' }, { clientID: 'r', readOnly: true });
     try {
+      assert.equal((await ask<SyncAnswer>(writer, 'join', {})).ok, true);
       assert.equal((await ask<SyncAnswer>(socket, 'join', {})).ok, true);
       assertRefused(
         await ask(socket, 'steps', { version: 0, steps: [validStep] }),
@@ -185,6 +188,7 @@ describe('bad input gets a coded error and changes nothing', () => {
         'read-only',
       );
     } finally {
+      writer.close();
       socket.close();
     }
   });

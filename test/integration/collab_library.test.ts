@@ -220,6 +220,8 @@ describe('createCollab in a host app', () => {
   });
 
   it('answers a read-only token`s steps forbidden and changes nothing', async () => {
+    // A reader follows a document; it cannot make one.
+    await host.collab.change('doc-c', (tr) => tr.insert(1, schema.text('existing')));
     const reader = await open(host, 'doc-c', 'c-rita', 'reader');
     try {
       const { doc, version } = await join(reader);

@@ -673,7 +673,11 @@ describe('fuzzing a live server', () => {
     for (let d = 0; d < documents; d++) {
       const docId = `fuzz-${d}`;
       const acked: Acked[] = [];
-      // A read-only observer joins first, so that its replica sees every broadcast.
+      // The first writer makes the document (a reader cannot), sending nothing yet; the
+      // read-only observer joins before any step, so that its replica sees every broadcast.
+      const first = new Writer(server.url, docId, `fuzz-${d}-0`, acked);
+      await first.join();
+      writers.push(first);
       const socket = rawSocket(server.url, docId, { clientID: `observer-${d}`, readOnly: true });
       const replica = new Replica();
       socket.on('steps', (message: StepsBroadcast) => replica.apply(message));
@@ -682,7 +686,7 @@ describe('fuzzing a live server', () => {
       );
       assert.equal(joined.ok, true);
       observers.push({ docId, socket, replica, acked });
-      for (let w = 0; w < writersPerDocument; w++) {
+      for (let w = 1; w < writersPerDocument; w++) {
         const writer = new Writer(server.url, docId, `fuzz-${d}-${w}`, acked);
         await writer.join();
         writers.push(writer);

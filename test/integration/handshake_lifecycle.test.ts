@@ -289,6 +289,8 @@ describe('handshakes and what they hold', () => {
     { timeout: 20_000 },
     async () => {
       const host = await startHost();
+      // A reader follows a document; it cannot make one.
+      await host.collab.change('exp', (tr) => tr.insert(1, schema.text('before')));
       const expiring = await attempt(host, 'exp', 'short', `sue:read:0:${Date.now() + 600}`);
       assert.equal(expiring.code, 'connected');
       const socket = expiring.socket!;
@@ -329,6 +331,7 @@ describe('handshakes and what they hold', () => {
     { timeout: 20_000 },
     async () => {
       const host = await startHost();
+      await host.collab.change('watched', (tr) => tr.insert(1, schema.text('watched')));
       const gaps: number[] = [];
       let offlineAt = 0;
       const reader = new CollabClient({
@@ -395,6 +398,7 @@ describe('handshakes and what they hold', () => {
 
   it('refuses join and pull once the token expired', { timeout: 20_000 }, async () => {
     const host = await startHost();
+    await host.collab.change('exp2', (tr) => tr.insert(1, schema.text('before')));
     // Long enough to join; the sweep runs every 250 ms, so the pull races it: either answer
     // is the refusal or the socket is already gone, never the document.
     const result = await attempt(host, 'exp2', 'p1', `pat:read:0:${Date.now() + 400}`);

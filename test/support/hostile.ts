@@ -15,6 +15,7 @@ export const noAdmissionLimits: Partial<Config> = {
   pullsPerSecond: 0,
   maxConnectionsPerIp: 0,
   maxSocketsPerClient: 0,
+  maxDocumentsPerUser: 0,
   newDocumentsPerMinute: 0,
   maxProtocolErrors: 1_000_000,
 };
@@ -25,6 +26,7 @@ export const noAdmissionEnv: Record<string, string> = {
   PULLS_PER_SECOND: '0',
   MAX_CONNECTIONS_PER_IP: '0',
   MAX_SOCKETS_PER_CLIENT: '0',
+  MAX_DOCUMENTS_PER_USER: '0',
   NEW_DOCUMENTS_PER_MINUTE: '0',
   MAX_PROTOCOL_ERRORS: '1000000',
 };
