@@ -204,6 +204,16 @@ describe('the gateway, running', () => {
     const node = await startServer({ nodeId: 'behind-the-gateway' });
     const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
     const port = await freePort();
+    // The configuration first: nginx started before it exists exits at once.
+    await writeFile(
+      join(dir, 'nginx.conf'),
+      renderNginxConfig({
+        nodes: [`127.0.0.1:${node.port}`],
+        listen: `127.0.0.1:${port}`,
+        prefix: dir,
+        workers: 1,
+      }),
+    );
     const nginx = spawn(
       existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx',
       [
@@ -214,15 +224,6 @@ describe('the gateway, running', () => {
     );
     const exited = once(nginx, 'exit');
     try {
-      await writeFile(
-        join(dir, 'nginx.conf'),
-        renderNginxConfig({
-          nodes: [`127.0.0.1:${node.port}`],
-          listen: `127.0.0.1:${port}`,
-          prefix: dir,
-          workers: 1,
-        }),
-      );
       const gateway = `http://127.0.0.1:${port}`;
       for (let tries = 0; ; tries++) {
         const health = await fetch(`${gateway}/healthz`).catch(() => null);
@@ -278,7 +279,7 @@ describe('the gateway, running', () => {
   });
 });
 
-describe('the gateway, running', () => {
+describe("the gateway's forwarded headers", () => {
   /// Starts nginx with the gateway's config for one node, `trustForwardedFrom` as given; the
   /// node answers with the Host and X-Forwarded-For it got. Returns what it answered for a
   /// request to each of the gateway's proxied locations carrying each of `sent` (undefined: no
