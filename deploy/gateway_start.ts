@@ -62,8 +62,9 @@ const stopWatch =
     ? watchAddresses({
         hosts,
         intervalMs: resolveIntervalMs,
-        onChange: (host, addresses) => {
-          console.log(`gateway: ${host} is now at ${addresses.join(', ')}: reloading nginx`);
+        onChange: (changes) => {
+          for (const { host, addresses } of changes)
+            console.log(`gateway: ${host} is now at ${addresses.join(', ')}: reloading nginx`);
           nginx.kill('SIGHUP');
         },
         onError: (host, error) => {

@@ -26,11 +26,14 @@ export interface AddressWatchOptions {
   hosts: readonly string[];
   /// Between two rounds of look-ups.
   intervalMs: number;
-  /// A host's addresses are no longer those of the last round (or of the first).
-  onChange: (host: string, addresses: readonly string[]) => void;
+  /// Hosts whose addresses are no longer those last reported (or those of the first round),
+  /// once per round at most, and only after a round in which every host resolved: nginx
+  /// refuses a configuration naming a host that does not resolve, so a reload then would keep
+  /// the old routes, and the change would never be reported again.
+  onChange: (changes: readonly { host: string; addresses: readonly string[] }[]) => void;
   /// A host's look-up failed after one that did not (a node being replaced may have no address
   /// for a moment; reported once until it resolves again): the last known addresses stay,
-  /// nothing is reloaded.
+  /// nothing is reloaded until it resolves again.
   onError: (host: string, error: Error) => void;
 }
 
@@ -38,6 +41,8 @@ export interface AddressWatchOptions {
 /// addresses. Returns a function that stops the watch.
 export function watchAddresses(options: AddressWatchOptions): () => void {
   const known = new Map<string, string>();
+  /// Changes not reported yet (held while a host does not resolve), by host.
+  const changed = new Map<string, readonly string[]>();
   const failing = new Set<string>();
   let stopped = false;
   let timer: NodeJS.Timeout | null = null;
@@ -56,7 +61,13 @@ export function watchAddresses(options: AddressWatchOptions): () => void {
       const key = addresses.join(',');
       const before = known.get(host);
       known.set(host, key);
-      if (before !== undefined && before !== key) options.onChange(host, addresses);
+      if (before !== undefined && before !== key) changed.set(host, addresses);
+    }
+    if (stopped) return;
+    if (changed.size > 0 && failing.size === 0) {
+      const changes = [...changed].map(([host, addresses]) => ({ host, addresses }));
+      changed.clear();
+      options.onChange(changes);
     }
     if (!stopped) timer = setTimeout(() => void round(), options.intervalMs);
   };

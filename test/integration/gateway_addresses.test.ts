@@ -65,6 +65,39 @@ describe(
       assert.fail(`${what}: the gateway answered ${last}; its output: ${output}`);
     }
 
+    /// Runs the gateway's entry point in a mount namespace whose /etc/hosts is `hosts`,
+    /// routing to `nodes`; resolves with the port it listens on.
+    async function start(nodes: string): Promise<number> {
+      const gatewayPort = await freePort();
+      gateway = spawn(
+        'unshare',
+        [
+          '--mount',
+          'sh',
+          '-c',
+          'mount --bind "$HOSTS_FILE" /etc/hosts && exec "$NODE" "$GATEWAY_START"',
+        ],
+        {
+          env: {
+            ...process.env,
+            PATH: `${process.env['PATH'] ?? ''}:/usr/sbin`,
+            HOSTS_FILE: hosts,
+            NODE: process.execPath,
+            GATEWAY_START: gatewayStart,
+            SCRIPTORIUM_NODES: nodes,
+            PORT: String(gatewayPort),
+            GATEWAY_PREFIX: join(dir, 'nginx'),
+            GATEWAY_RESOLVE_INTERVAL_MS: '200',
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
+      output = '';
+      gateway.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      gateway.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      return gatewayPort;
+    }
+
     before(async () => {
       dir = await mkdtemp(join(tmpdir(), 'scriptorium-gateway-'));
       hosts = join(dir, 'hosts');
@@ -87,32 +120,7 @@ describe(
         await writeFile(hosts, `${base}\n127.0.0.2 ${host}\n`);
         const first = await backend('127.0.0.2', 'first');
         await backend('127.0.0.3', 'second');
-        const gatewayPort = await freePort();
-        gateway = spawn(
-          'unshare',
-          [
-            '--mount',
-            'sh',
-            '-c',
-            'mount --bind "$HOSTS_FILE" /etc/hosts && exec "$NODE" "$GATEWAY_START"',
-          ],
-          {
-            env: {
-              ...process.env,
-              PATH: `${process.env['PATH'] ?? ''}:/usr/sbin`,
-              HOSTS_FILE: hosts,
-              NODE: process.execPath,
-              GATEWAY_START: gatewayStart,
-              SCRIPTORIUM_NODES: `${host}:${port}`,
-              PORT: String(gatewayPort),
-              GATEWAY_PREFIX: join(dir, 'nginx'),
-              GATEWAY_RESOLVE_INTERVAL_MS: '200',
-            },
-            stdio: ['ignore', 'pipe', 'pipe'],
-          },
-        );
-        gateway.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-        gateway.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+        const gatewayPort = await start(`${host}:${port}`);
         await until(gatewayPort, '200 first', 'the node at its first address');
 
         // The node moves: its name now resolves to the other address, and the old one is gone.
@@ -122,9 +130,39 @@ describe(
         assert.match(output, new RegExp(`${host} is now at 127\\.0\\.0\\.3: reloading nginx`));
 
         // It stops on SIGTERM (nginx's graceful stop) with nothing left running.
-        gateway.kill('SIGTERM');
-        const [code] = (await once(gateway, 'exit')) as [number | null];
+        gateway!.kill('SIGTERM');
+        const [code] = (await once(gateway!, 'exit')) as [number | null];
         assert.equal(code, 0, output);
+      },
+    );
+
+    it(
+      'reloads nginx for a node that moved while another node did not resolve, once it does',
+      { timeout: 30_000 },
+      async () => {
+        const previous = gateway as ChildProcess | null;
+        if (previous && previous.exitCode === null) {
+          previous.kill('SIGTERM');
+          await once(previous, 'exit');
+        }
+        const other = 'scriptorium-gateway-test-other';
+        const base = readFileSync('/etc/hosts', 'utf8');
+        await writeFile(hosts, `${base}\n127.0.0.5 ${host}\n127.0.0.7 ${other}\n`);
+        const first = await backend('127.0.0.5', 'first');
+        await backend('127.0.0.6', 'moved');
+        await backend('127.0.0.7', 'other');
+        const gatewayPort = await start(`${host}:${port},${other}:${port}`);
+        await until(gatewayPort, '200 first', 'the first node at its first address');
+
+        // In one change (a deploy of both services): the first node moves, and the other one
+        // has no address for a moment. nginx cannot read a configuration naming a host that
+        // does not resolve, so a reload now would keep the old routes.
+        await writeFile(hosts, `${base}\n127.0.0.6 ${host}\n`);
+        first.close();
+        await delay(1000);
+        // The other node is back, at the address it had.
+        await writeFile(hosts, `${base}\n127.0.0.6 ${host}\n127.0.0.7 ${other}\n`);
+        await until(gatewayPort, '200 moved', 'the first node at its new address');
       },
     );
   },
