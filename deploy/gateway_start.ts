@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { renderNginxConfig, parseNodeList } from './nginx.js';
 import { hostNames, watchAddresses } from './node_addresses.js';
 
@@ -48,14 +49,31 @@ try {
   process.exit(1);
 }
 await writeFile(`${prefix}/nginx.conf`, config);
+// nginx writes its pid file once it has read its configuration and set up its signal
+// handlers; until then a SIGHUP would kill it. A leftover from an earlier run must not pass for
+// that sign.
+const pidFile = `${prefix}/nginx.pid`;
+await rm(pidFile, { force: true });
 console.log(`gateway: ${nodes.length} node(s): ${nodes.join(', ')}`);
 const nginx = spawn(
   'nginx',
   ['-p', prefix, '-c', `${prefix}/nginx.conf`, '-e', `${prefix}/error.log`, '-g', 'daemon off;'],
   { stdio: 'inherit' },
 );
-// SIGQUIT is nginx's graceful stop: open websockets are closed only when the platform's
-// shutdown delay runs out, after the nodes were told to drain.
+// A change seen while nginx is still starting is applied once it can take a SIGHUP (its own
+// resolution may have come before or after the change).
+let nginxReady = false;
+let reloadPending = false;
+const reload = (): void => {
+  if (nginxReady) nginx.kill('SIGHUP');
+  else reloadPending = true;
+};
+const readiness = setInterval(() => {
+  if (!existsSync(pidFile)) return;
+  clearInterval(readiness);
+  nginxReady = true;
+  if (reloadPending) reload();
+}, 50);
 const hosts = hostNames(nodes);
 const stopWatch =
   resolveIntervalMs > 0 && hosts.length > 0
@@ -65,16 +83,19 @@ const stopWatch =
         onChange: (changes) => {
           for (const { host, addresses } of changes)
             console.log(`gateway: ${host} is now at ${addresses.join(', ')}: reloading nginx`);
-          nginx.kill('SIGHUP');
+          reload();
         },
         onError: (host, error) => {
           console.error(`gateway: looking up ${host} failed (${error.message}); routes kept`);
         },
       })
     : () => {};
+// SIGQUIT is nginx's graceful stop: open websockets are closed only when the platform's
+// shutdown delay runs out, after the nodes were told to drain.
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => {
     stopWatch();
+    clearInterval(readiness);
     nginx.kill('SIGQUIT');
   });
 }
