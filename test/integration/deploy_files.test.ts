@@ -186,8 +186,7 @@ describe('the gateway config', () => {
       assert.match(config, /proxy_set_header Upgrade \$http_upgrade;/);
       assert.equal(config.match(/server 127\.0\.0\.1:410[123] max_fails=1/g)?.length, 6);
       await writeFile(join(dir, 'nginx.conf'), config);
-      const nginx = existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
-      const { stderr } = await run(nginx, [
+      const { stderr } = await run(nginxBinary, [
         ...['-t', '-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
       ]);
       assert.match(stderr, /test is successful/);
@@ -199,38 +198,60 @@ describe('the gateway config', () => {
   });
 });
 
+/// The nginx binary: Debian's, or whichever is on the PATH.
+const nginxBinary = existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
+
+/// Writes `config` to `dir`/nginx.conf (first: nginx started before it exists exits at once),
+/// starts nginx in the foreground on it, and waits until `probe` (a URL through it) answers
+/// 200. Returns a function that stops it gracefully and waits for its exit.
+async function startNginx(
+  dir: string,
+  config: string,
+  probe: string,
+): Promise<() => Promise<void>> {
+  await writeFile(join(dir, 'nginx.conf'), config);
+  const nginx = spawn(
+    nginxBinary,
+    [
+      ...['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
+      ...['-g', 'daemon off;'],
+    ],
+    { stdio: 'ignore' },
+  );
+  const exited = once(nginx, 'exit');
+  const stop = async (): Promise<void> => {
+    nginx.kill('SIGQUIT');
+    await exited;
+  };
+  for (let tries = 0; ; tries++) {
+    const answer = await fetch(probe).catch(() => null);
+    if (answer?.status === 200) return stop;
+    if (tries > 200 || nginx.exitCode !== null) {
+      await stop();
+      assert.fail(`the gateway did not answer ${probe}`);
+    }
+    await delay(25);
+  }
+}
+
 describe('the gateway, running', () => {
   it('answers 404 for the metrics and the dashboard (nodes are scraped directly) and proxies the rest', async () => {
     const node = await startServer({ nodeId: 'behind-the-gateway' });
     const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
     const port = await freePort();
-    // The configuration first: nginx started before it exists exits at once.
-    await writeFile(
-      join(dir, 'nginx.conf'),
-      renderNginxConfig({
-        nodes: [`127.0.0.1:${node.port}`],
-        listen: `127.0.0.1:${port}`,
-        prefix: dir,
-        workers: 1,
-      }),
-    );
-    const nginx = spawn(
-      existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx',
-      [
-        ...['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
-        ...['-g', 'daemon off;'],
-      ],
-      { stdio: 'ignore' },
-    );
-    const exited = once(nginx, 'exit');
+    const gateway = `http://127.0.0.1:${port}`;
+    let stopNginx: (() => Promise<void>) | null = null;
     try {
-      const gateway = `http://127.0.0.1:${port}`;
-      for (let tries = 0; ; tries++) {
-        const health = await fetch(`${gateway}/healthz`).catch(() => null);
-        if (health?.status === 200) break;
-        if (tries > 200) assert.fail('the gateway did not answer /healthz');
-        await delay(25);
-      }
+      stopNginx = await startNginx(
+        dir,
+        renderNginxConfig({
+          nodes: [`127.0.0.1:${node.port}`],
+          listen: `127.0.0.1:${port}`,
+          prefix: dir,
+          workers: 1,
+        }),
+        `${gateway}/healthz`,
+      );
       for (const path of [
         ...['/metrics', '/metrics/', '/metrics/windows?last=1', '/METRICS', '//metrics'],
         ...['/dashboard', '/dashboard/', '/dashboard/app.js', '/dashboard/app.css'],
@@ -271,8 +292,7 @@ describe('the gateway, running', () => {
         socket.close();
       }
     } finally {
-      nginx.kill('SIGQUIT');
-      await exited;
+      await stopNginx?.();
       await node.close();
       await rm(dir, { recursive: true, force: true });
     }
@@ -296,32 +316,19 @@ describe("the gateway's forwarded headers", () => {
     const nodePort = (node.address() as AddressInfo).port;
     const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
     const port = await freePort();
-    await writeFile(
-      join(dir, 'nginx.conf'),
-      renderNginxConfig({
-        nodes: [`127.0.0.1:${nodePort}`],
-        listen: `127.0.0.1:${port}`,
-        prefix: dir,
-        workers: 1,
-        trustForwardedFrom,
-      }),
-    );
-    const nginx = spawn(
-      existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx',
-      [
-        ...['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
-        ...['-g', 'daemon off;'],
-      ],
-      { stdio: 'ignore' },
-    );
-    const exited = once(nginx, 'exit');
+    let stopNginx: (() => Promise<void>) | null = null;
     try {
-      for (let tries = 0; ; tries++) {
-        const up = await fetch(`http://127.0.0.1:${port}/`).catch(() => null);
-        if (up?.status === 200) break;
-        if (tries > 200) assert.fail('the gateway did not answer');
-        await delay(25);
-      }
+      stopNginx = await startNginx(
+        dir,
+        renderNginxConfig({
+          nodes: [`127.0.0.1:${nodePort}`],
+          listen: `127.0.0.1:${port}`,
+          prefix: dir,
+          workers: 1,
+          trustForwardedFrom,
+        }),
+        `http://127.0.0.1:${port}/`,
+      );
       const seen: string[] = [];
       for (const path of ['/', '/docs/a-doc', '/socket.io/?doc=a-doc&EIO=4&transport=polling']) {
         for (const header of sent) {
@@ -333,8 +340,7 @@ describe("the gateway's forwarded headers", () => {
       }
       return { port, seen };
     } finally {
-      nginx.kill('SIGQUIT');
-      await exited;
+      await stopNginx?.();
       node.close();
       await rm(dir, { recursive: true, force: true });
     }
