@@ -53,6 +53,8 @@ export class LightEditor {
   joined = false;
   /// Set when the server refused this editor for good (its handshake or join).
   failure: string | null = null;
+  /// The last handshake refusal that was worth another try.
+  refusal: string | null = null;
 
   private readonly replica: Replica;
   private readonly recorder: WindowRecorder;
@@ -87,7 +89,15 @@ export class LightEditor {
     this.socket.on('connect', () => this.join());
     this.socket.on('disconnect', () => this.onDisconnect());
     this.socket.on('connect_error', (err: Error & { data?: { retryable?: boolean } }) => {
-      if (err.data && err.data.retryable === false) this.failure = err.message;
+      if (!err.data) return; // a transport error: Socket.io retries
+      if (err.data.retryable === false) {
+        this.failure = err.message;
+        return;
+      }
+      // Refused by the handshake but retryable (a node shutting down, a cap that frees up):
+      // Socket.io does not retry a refusal itself. Said as the reason if it never joins.
+      this.refusal = err.message;
+      this.retry(() => this.socket.connect());
     });
     this.socket.io.on('reconnect', () => this.recorder.reconnect());
     this.socket.on('steps', (broadcast) => this.onBroadcast(broadcast));

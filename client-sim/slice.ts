@@ -157,7 +157,9 @@ export class SwarmSlice {
     const failures: string[] = [];
     for (const editor of this.light) {
       if (!editor.joined)
-        failures.push(`${editor.clientID}: ${editor.failure ?? 'no join answer'}`);
+        failures.push(
+          `${editor.clientID}: ${editor.failure ?? editor.refusal ?? 'no join answer'}`,
+        );
     }
     for (const editor of this.full) {
       if (!editor.client.state) {
