@@ -944,8 +944,16 @@ export class FileStore implements Store {
     await this.ensureDir(doc.dir);
     await this.writeDocFile(doc, doc.journalPath(doc.generation), 'a', lines);
     // A new file is only durable once its directory entry is: once per file and process.
+    // Failing that, what the file shows is not known to be durable either (a read would take
+    // its entries as the journal's and let the log that also holds them go): suspect, so that
+    // the next checkpoint writes the journal again, whole, and syncs its directory.
     if (!doc.journalEntrySynced) {
-      await syncDirectory(doc.dir);
+      try {
+        await syncDirectory(doc.dir);
+      } catch (error) {
+        this.markSuspect(doc);
+        throw error;
+      }
       doc.journalEntrySynced = true;
     }
   }
