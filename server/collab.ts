@@ -18,6 +18,7 @@ import type { AcceptedBatch, RoomHooks, RoomTransport } from './core/room.js';
 import { CodedError, Rooms } from './core/rooms.js';
 import { Admission } from './protocol/admission.js';
 import { attachProtocol } from './protocol/connection.js';
+import { sendAway } from './protocol/outbound.js';
 import type { Authenticate, ScriptoriumNamespace } from './protocol/socket.js';
 import { MemoryStore } from './stores/memory_store.js';
 import type { Store } from './stores/store.js';
@@ -358,12 +359,11 @@ export function createCollab(options: CollabOptions = {}): Collab {
     for (const nsp of namespaces) {
       for (const socket of nsp.sockets.values()) {
         if (!socket.data?.docId) continue;
-        socket.emit('closing', {
+        sendAway(socket, {
           code: 'shutting-down',
           message: 'The server is restarting: reconnect in a moment',
           retryAfterMs: 1000,
         });
-        socket.disconnect(true);
       }
     }
     for (const stop of stops) stop();

@@ -13,17 +13,18 @@ import {
 } from '../../schema/index.js';
 import type { Admission } from './admission.js';
 import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
-import { dropIfSlow, sweepSockets } from './outbound.js';
+import { dropIfSlow, sendAway, sweepSockets } from './outbound.js';
 import { TokenBucket } from './token_bucket.js';
 import { ClientOwners } from './client_owners.js';
 import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
-import type {
-  Authenticate,
-  Identity,
-  ScriptoriumNamespace,
-  ScriptoriumSocket,
-  SocketData,
+import {
+  hasExpired,
+  type Authenticate,
+  type Identity,
+  type ScriptoriumNamespace,
+  type ScriptoriumSocket,
+  type SocketData,
 } from './socket.js';
 import type { BatchObserver, Room } from '../core/room.js';
 import type { Rooms } from '../core/rooms.js';
@@ -242,8 +243,7 @@ export function attachProtocol(
   /// with `too-many-errors` (an honest client never sends one).
   function strike(socket: ScriptoriumSocket): void {
     if (++socket.data.protocolErrors < options.maxProtocolErrors || !socket.connected) return;
-    socket.emit('closing', { ...errorBody('too-many-errors'), retryAfterMs: 0 });
-    socket.disconnect(true);
+    sendAway(socket, { ...errorBody('too-many-errors'), retryAfterMs: 0 });
   }
 
   /// A refusal for a request over its socket's bucket, or null when a token was there.
@@ -260,9 +260,8 @@ export function attachProtocol(
   // steps for as long as it stays connected; one that does not read what it is sent is dropped.
   const stopSweeping = sweepSockets(io, 250, (socket, now) => {
     if (!socket.connected) return;
-    if (now >= socket.data.expiresAt) {
-      socket.emit('closing', { ...errorBody('unauthorized', tokenExpired), retryAfterMs: 0 });
-      socket.disconnect(true);
+    if (hasExpired(socket.data, now)) {
+      sendAway(socket, { ...errorBody('unauthorized', tokenExpired), retryAfterMs: 0 });
     } else if (dropIfSlow(socket, options.maxSocketBufferBytes)) {
       log.info({ doc: socket.data.docId, address: socket.data.address }, 'slow consumer dropped');
     }
@@ -286,7 +285,7 @@ export function attachProtocol(
           strike(socket);
           return ack(refusal('bad-request', request));
         }
-        if (expired(socket.data)) return ack(refusal('unauthorized', tokenExpired));
+        if (hasExpired(socket.data)) return ack(refusal('unauthorized', tokenExpired));
         const limited = overRate(socket.data.pulls);
         if (limited) return ack(limited);
         const answerFrom = (room: Room): void =>
@@ -341,7 +340,7 @@ export function attachProtocol(
           strike(socket);
           return ack(refusal('bad-request', 'Send join before pull'));
         }
-        if (expired(socket.data)) {
+        if (hasExpired(socket.data)) {
           return ack(refusal('unauthorized', tokenExpired, room.publishedVersion));
         }
         const limited = overRate(socket.data.pulls, room.publishedVersion);
@@ -408,12 +407,6 @@ const tokenExpired = 'The token has expired: reconnect with a fresh one';
 
 const readerCannotCreate =
   'No document has this id, and a read-only connection cannot create one: a writer must join it first';
-
-/// True once the token `data` was admitted with has expired. Its socket may then do nothing:
-/// reads included, since expiry is how a token's access ends.
-function expired(data: SocketData): boolean {
-  return Date.now() >= data.expiresAt;
-}
 
 /// A handshake's own fields, once checked.
 interface Handshake {
@@ -489,7 +482,7 @@ function checkSteps(
   const version = room.publishedVersion;
   if (draining) return refusal('shutting-down', undefined, version);
   if (data.readOnly) return refusal('forbidden', 'This connection is read-only', version);
-  if (expired(data)) return refusal('unauthorized', tokenExpired, version);
+  if (hasExpired(data)) return refusal('unauthorized', tokenExpired, version);
   if (typeof request !== 'object' || request === null || Array.isArray(request)) {
     return refusal('bad-request', 'steps expects {version, steps}', version);
   }

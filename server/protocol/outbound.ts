@@ -1,3 +1,4 @@
+import type { ClosingNotice } from '../../schema/index.js';
 import type { ScriptoriumNamespace, ScriptoriumSocket } from './socket.js';
 
 // Socket.io has no per-socket count of bytes waiting to go out, and a reader that never reads
@@ -39,14 +40,19 @@ export function bufferedBytes(socket: ScriptoriumSocket): number {
 /// never see it, and reconnecting catches it up by version either way.
 export function dropIfSlow(socket: ScriptoriumSocket, maxBytes: number): boolean {
   if (!socket.connected || bufferedBytes(socket) <= maxBytes) return false;
-  socket.emit('closing', {
+  sendAway(socket, {
     code: 'slow-consumer',
     message: 'This connection did not read what the server sent in time: reconnect to catch up',
     retryAfterMs: 0,
   });
-  // `true` closes the underlying connection, which releases what was buffered for it.
-  socket.disconnect(true);
   return true;
+}
+
+/// Tells `socket` why it is closed (`closing`, best effort) and closes its connection: `true`
+/// closes the underlying connection too, which releases whatever was buffered for it.
+export function sendAway(socket: ScriptoriumSocket, notice: ClosingNotice): void {
+  socket.emit('closing', notice);
+  socket.disconnect(true);
 }
 
 /// Calls `visit` for every socket of `io` every `intervalMs` (an unref'd timer), with the time

@@ -4,7 +4,7 @@ import {
   type PresenceBroadcast,
 } from '../../schema/index.js';
 import type { Logger } from 'pino';
-import type { ScriptoriumNamespace, ScriptoriumSocket } from './socket.js';
+import { hasExpired, type ScriptoriumNamespace, type ScriptoriumSocket } from './socket.js';
 import { guarded } from './guard.js';
 
 /// Shortest time between two presence relays of one socket: at most 20 a second.
@@ -29,8 +29,7 @@ const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
 
 /// Handles the `presence` event of one socket: validates it (a malformed one or one sent before
 /// `join` gets a `protocol-error` with code `bad-request` and counts as one through
-/// `onMalformed`), relays it to the rest of the
-/// document's room as `{clientID, name, color, version, anchor, head}` at most once per
+/// `onMalformed`), relays it to the rest of the document's room as `{clientID, name, color, version, anchor, head}` at most once per
 /// `presenceIntervalMs` (extra updates are dropped, but the latest one is always delivered when
 /// the window ends), and emits `presence-leave` to the room when the socket disconnects.
 ///
@@ -58,7 +57,7 @@ export function attachPresence(
         return protocolError(socket, update);
       }
       // An expired token reads and shows nothing more; the expiry sweep sends the socket away.
-      if (Date.now() >= socket.data.expiresAt) return;
+      if (hasExpired(socket.data)) return;
       const broadcast: PresenceBroadcast = { clientID: socket.data.clientID, ...update };
       let presence = presences.get(socket);
       if (!presence) {

@@ -69,3 +69,9 @@ export type ScriptoriumSocket = Socket<
   Record<string, never>,
   SocketData
 >;
+
+/// True once the token `data` was admitted with has expired at `now`. Its socket may then do
+/// nothing, reads included, since expiry is how a token's access ends.
+export function hasExpired(data: SocketData, now = Date.now()): boolean {
+  return now >= data.expiresAt;
+}
