@@ -574,8 +574,7 @@ export class Room {
           'the store lost acknowledged steps of this document: restored them from memory under a new epoch; its editors reload',
         );
       }
-      this.transport.evict(this.docId, 'stale', 'The document changed elsewhere: rejoin');
-      this.onClose(this);
+      this.leave('stale', 'The document changed elsewhere: rejoin');
       this.settleIdle();
     };
     const lost = (err: unknown): void => {
@@ -664,8 +663,7 @@ export class Room {
         return;
       }
       this.log.warn({ doc: this.docId, version: this.publishedVersion, reason }, 'document moved');
-      this.transport.evict(this.docId, 'moved', errorBody('moved').message);
-      this.onClose(this);
+      this.leave('moved');
     };
     let loaded: ReturnType<Store['load']>;
     try {
@@ -692,7 +690,8 @@ export class Room {
     this.leave('moved');
   }
 
-  /// Closes the room, sends its sockets away with `code` and tells the registry.
+  /// Closes the room (if it is not already), sends its sockets away with `code` and tells the
+  /// registry.
   private leave(code: ErrorCode, message?: string): void {
     this.close();
     this.transport.evict(this.docId, code, message ?? errorBody(code).message);

@@ -1090,11 +1090,12 @@ function journalLine(json: string): string {
 }
 
 /// The log line for an entry of `doc` that a checkpoint carries forward: its journal line's
-/// JSON (`journalLine` put a checksum before it and a newline after), with the document's
-/// epoch. Every entry in memory was appended at that epoch: it only changes when a document
-/// is created, and a new document holds no entries yet.
+/// JSON (`journalLine` wrote it with a checksum and a newline), with the document's epoch.
+/// Every entry in memory was appended at that epoch: it only changes when a document is
+/// created, and a new document holds no entries yet.
 function carriedLine(doc: DocFiles, entry: LoggedEntry): string {
-  return WriteAheadLog.line(doc.docId, doc.epoch, entry.line.slice(9, entry.line.length - 1));
+  const json = checkedJSON(entry.line, 0, entry.line.length - 1, `entry of ${doc.docId}`);
+  return WriteAheadLog.line(doc.docId, doc.epoch, json);
 }
 
 /// The entries of a journal file's text up to `complete` (the end of its last whole line).

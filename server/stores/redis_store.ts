@@ -233,17 +233,18 @@ const scripts = {
   release: script(releaseScript),
 };
 
+// Redis refusing the credentials of the connection itself (the URL's user or password).
+const credentialReplies = /^(WRONGPASS|NOAUTH|NOPERM)/;
+
 // Redis answers that mean "not now" or "not allowed" rather than "your script is wrong": out of
 // memory under noeviction, a replica or a loading server after failover, a script still
 // running, writes stopped after a failed save (MISCONF: a full disk), and the credentials or
 // ACL refusing a command. None says anything about the document, which must not be
 // quarantined as damaged for them: the store is unavailable until the operator or Redis mends
 // it.
-// Redis refusing the credentials of the connection itself (the URL's user or password).
-const credentialReplies = /^(WRONGPASS|NOAUTH|NOPERM)/;
-
-const unavailableReplies =
-  /^(OOM|READONLY|LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|MISCONF|NOPERM|NOAUTH|WRONGPASS)/;
+const unavailableReplies = new RegExp(
+  `^(OOM|READONLY|LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|MISCONF)|${credentialReplies.source}`,
+);
 
 /// A version as Redis holds it: decimal digits only (no sign, exponent, fraction or spaces,
 /// which `Number` would all accept).
