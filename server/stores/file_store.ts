@@ -28,10 +28,12 @@ import {
   type AppendOutcome,
   type AppendRequest,
   type JournalEntry,
+  type ResetOutcome,
   type Snapshot,
   type SnapshotOutcome,
   type Store,
   type StoredDocument,
+  type StoredPosition,
 } from './store.js';
 
 /// The logger method the file store uses; a pino logger fits.
@@ -126,6 +128,9 @@ class DocFiles {
   /// journal is written again, whole, they are durable in the log alone, and a failed
   /// checkpoint carries them forward with `logged` (they come before it, in order).
   unsynced: LoggedEntry[] = [];
+  /// The last checkpoint of this document failed: until one succeeds, its entries wait in the
+  /// log, in memory, and in every carried file, so their size is bounded (see `flush`).
+  checkpointFailing = false;
 
   constructor(dataDir: string, docId: string) {
     this.docId = docId;
@@ -192,7 +197,9 @@ class DocFiles {
 /// covered deleted. The log thus holds the failing documents' pending entries and what came
 /// since the last checkpoint, not every file since the first failure. A crash between the two
 /// steps leaves the same entries twice, in log order: the carried copy supersedes the first
-/// (see above), and replay writes each version once.
+/// (see above), and replay writes each version once. Once a checkpoint's worth of a failing
+/// document's entries (`checkpointBytes`) waits that way, its appends are refused, retryably,
+/// until a checkpoint of it succeeds.
 ///
 /// I/O failures reject with `StoreUnavailableError`. Files that do not parse, and a journal
 /// that is corrupt other than in its last line or has a gap, reject with a `TypeError` or
@@ -302,6 +309,15 @@ export class FileStore implements Store {
   async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
     const doc = this.doc(docId);
     return this.bounded(doc, 'snapshot', () => this.writeSnapshot(doc, snapshot));
+  }
+
+  /// See `Store.reset`. The new epoch's state file names a new, empty journal generation, so
+  /// the switch is one atomic rename. The log's records of the old epoch are skipped by any
+  /// later replay (they name another epoch), and the entries memory holds for it go with them.
+  /// One process per directory, so no lease: `lease` is ignored.
+  async reset(docId: string, snapshot: Snapshot, expected: StoredPosition): Promise<ResetOutcome> {
+    const doc = this.doc(docId);
+    return this.bounded(doc, 'reset', () => this.writeReset(doc, snapshot, expected));
   }
 
   /// Refuses new operations, waits (at most `timeoutMs`) for those already queued and for a
@@ -701,6 +717,20 @@ export class FileStore implements Store {
       for (const pending of batch) pending.reject(toUnavailable(error));
       throw error;
     }
+    if (doc.checkpointFailing) {
+      // A document whose journal cannot be written would otherwise grow without bound in
+      // memory and in the log, each checkpoint carrying it all forward again: past one
+      // checkpoint's worth, its appends are refused (retryable) until the journal is fixed.
+      const waiting = waitingBytes(doc);
+      if (waiting >= this.checkpointBytes) {
+        const error = new StoreUnavailableError(
+          `file store: the checkpoints of ${doc.docId} fail and ${waiting} bytes of its ` +
+            'entries wait in the write-ahead log; its appends are refused until one succeeds',
+        );
+        for (const pending of batch) pending.reject(error);
+        return;
+      }
+    }
     let exists = doc.exists;
     let epoch = doc.epoch;
     let version = doc.version;
@@ -823,8 +853,9 @@ export class FileStore implements Store {
     const failed: DocFiles[] = [];
     for (let i = 0; i < docs.length; i++) {
       const result = results[i]!;
-      if (result.status === 'fulfilled') continue;
       const doc = docs[i]!;
+      doc.checkpointFailing = result.status === 'rejected';
+      if (result.status === 'fulfilled') continue;
       failed.push(doc);
       this.dirty.add(doc);
       // One line per document and checkpoint: which document, and why, for whoever must fix it.
@@ -915,19 +946,21 @@ export class FileStore implements Store {
   }
 
   /// Makes `lines` the journal of a new generation after `snapshot`: written and fsync'd
-  /// before the state file names it (with that snapshot), so the switch is atomic. Every
-  /// logged entry must be in `lines` or under the snapshot. The file is written even when
-  /// empty: a file of that generation left by a crash before the rename must not be picked up.
+  /// before the state file names it (with that snapshot, and `epoch`), so the switch is
+  /// atomic. Every logged entry of that epoch must be in `lines` or under the snapshot. The
+  /// file is written even when empty: a file of that generation left by a crash before the
+  /// rename must not be picked up.
   private async writeGeneration(
     doc: DocFiles,
     snapshot: Snapshot | null,
     lines: string,
+    epoch = doc.epoch,
   ): Promise<void> {
     const generation = doc.generation + 1;
     await this.writeDocFile(doc, doc.journalPath(generation), 'w', lines);
     // writeState syncs the directory after its rename, which also makes the new journal's
     // directory entry durable.
-    await this.writeState(doc, { docId: doc.docId, epoch: doc.epoch, generation, snapshot });
+    await this.writeState(doc, { docId: doc.docId, epoch, generation, snapshot });
     const previous = doc.generation;
     doc.generation = generation;
     doc.snapshotVersion = snapshot ? snapshot.version : -1;
@@ -993,6 +1026,25 @@ export class FileStore implements Store {
     return { ok: true };
   }
 
+  private async writeReset(
+    doc: DocFiles,
+    snapshot: Snapshot,
+    expected: StoredPosition,
+  ): Promise<ResetOutcome> {
+    if (!doc.known) await this.read(doc);
+    const epoch = doc.exists ? doc.epoch : null;
+    const version = doc.exists ? doc.version : 0;
+    if (epoch !== expected.epoch || version !== expected.version) {
+      return { ok: false, reason: 'conflict' };
+    }
+    await this.ensureDir(doc.dir);
+    await this.writeGeneration(doc, snapshot, '', snapshot.epoch);
+    doc.exists = true;
+    doc.epoch = snapshot.epoch;
+    doc.version = snapshot.version;
+    return { ok: true };
+  }
+
   /// Replaces the state file atomically: temp file, fsync, rename, fsync of the directory.
   private async writeState(doc: DocFiles, state: StateFile): Promise<void> {
     await this.ensureDir(doc.dir);
@@ -1044,6 +1096,14 @@ export class FileStore implements Store {
     await syncDirectory(this.dataDir);
     this.syncedDirs.add(dir);
   }
+}
+
+/// The size of the entries a document holds in the write-ahead log only.
+function waitingBytes(doc: DocFiles): number {
+  let bytes = 0;
+  for (const entry of doc.unsynced) bytes += Buffer.byteLength(entry.line);
+  for (const entry of doc.logged) bytes += Buffer.byteLength(entry.line);
+  return bytes;
 }
 
 /// How many documents the close's checkpoint writes at once: libuv's pool has four threads,

@@ -247,9 +247,15 @@ function recorder(): { messages: string[]; warn(obj: object, msg: string): void 
 }
 
 /// A line of the shared log, as the store writes it, for `appendOf(history, epoch, from, to)`.
-function logLine(docId: string, from: number, to: number, clientID = 'client-a'): string {
-  const { baseVersion, steps, clientIDs } = appendOf(history, epoch, from, to, clientID);
-  return WriteAheadLog.line(docId, epoch, JSON.stringify({ baseVersion, steps, clientIDs }));
+function logLine(
+  docId: string,
+  from: number,
+  to: number,
+  clientID = 'client-a',
+  recordEpoch = epoch,
+): string {
+  const { baseVersion, steps, clientIDs } = appendOf(history, recordEpoch, from, to, clientID);
+  return WriteAheadLog.line(docId, recordEpoch, JSON.stringify({ baseVersion, steps, clientIDs }));
 }
 
 describe('FileStore write-ahead log', () => {
@@ -351,6 +357,41 @@ describe('FileStore write-ahead log', () => {
       version: 6,
     });
     assert.deepEqual(await filesEndingWith(dir, '.wal'), [WriteAheadLog.path(dir, 8)]);
+    await second.close();
+  });
+
+  it('replays after a reset only the records of the new epoch', async () => {
+    const dir = await dataDir();
+    const first = new FileStore({ dataDir: dir });
+    await first.append('renewed', appendOf(history, epoch, 0, 5));
+    assert.deepEqual(
+      await first.reset('renewed', snapshotOf(history, 'epoch-2', 7), { epoch, version: 5 }),
+      { ok: true },
+    );
+    await first.append('renewed', appendOf(history, 'epoch-2', 7, 9));
+    await first.close();
+    // What a crash could leave: old-epoch records from before the reset (one extending the old
+    // history past the reset's version), and a new-epoch one after it.
+    await writeFile(
+      WriteAheadLog.path(dir, 7),
+      logLine('renewed', 3, 5) +
+        logLine('renewed', 5, 10) +
+        logLine('renewed', 9, 10, 'client-b', 'epoch-2'),
+    );
+
+    const second = new FileStore({ dataDir: dir });
+    const stored = (await second.load('renewed'))!;
+    assert.equal(stored.epoch, 'epoch-2');
+    assert.equal(stored.snapshot?.version, 7);
+    assert.deepEqual(
+      stored.journal.map((entry) => [entry.baseVersion, entry.steps.length, entry.clientIDs[0]]),
+      [
+        [7, 2, 'client-a'],
+        [9, 1, 'client-b'],
+      ],
+    );
+    assert.ok(reconstruct(stored).eq(history.docs[10]!));
+    assert.equal((await second.append('renewed', appendOf(history, epoch, 10, 11))).ok, false);
     await second.close();
   });
 

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, describe, it } from 'node:test';
 import { FileStore } from '../../server/stores/file_store.js';
+import { StoreUnavailableError } from '../../server/stores/store.js';
 import { WriteAheadLog } from '../../server/stores/write_ahead_log.js';
 import { releaseWriter, wedge } from '../support/fifo.js';
 import { brokenWriterCommand } from '../support/file_store_broken_writer.js';
@@ -153,6 +154,73 @@ describe('FileStore checkpoint failures', () => {
       new Map([
         ['broken', 4],
         ['busy', steps],
+      ]),
+    );
+  });
+
+  it("refuses appends to a failing document once a checkpoint's worth of its entries waits, and takes them again once fixed", async () => {
+    const dir = await dataDir();
+    const store = new FileStore({ dataDir: dir, checkpointBytes: 2048, checkpointMs: 20 });
+    after(() => store.close());
+    await store.append('sus', appendOf(history, epoch, 0, 2));
+    await until(async () => (await logFiles(dir)).count === 0, 'a checkpoint');
+    // A document that can still be read but not checkpointed: a failed sync of its journal
+    // (a FIFO in its place, as above) calls for a rewrite to generation 1, which a directory
+    // there makes fail for good.
+    const journal = await journalOf(dir, 'sus', 0);
+    const rewrite = await journalOf(dir, 'sus', 1);
+    await mkdir(rewrite);
+    const content = await wedge(journal);
+    assert.deepEqual(await store.append('sus', appendOf(history, epoch, 2, 4)), {
+      ok: true,
+      version: 4,
+    });
+    await delay(100);
+    const written = await releaseWriter(journal);
+    await writeFile(journal, Buffer.concat([content!, Buffer.from(written)]));
+
+    let version = 4;
+    let refusal: unknown = null;
+    while (version < steps && refusal === null) {
+      await store.append('sus', appendOf(history, epoch, version, version + 1)).then(
+        (outcome) => {
+          assert.deepEqual(outcome, { ok: true, version: version + 1 });
+          version++;
+        },
+        (error: unknown) => {
+          refusal = error;
+        },
+      );
+    }
+    assert.ok(refusal instanceof StoreUnavailableError, `refused: ${String(refusal)}`);
+    assert.match(refusal.message, /checkpoints of sus fail and \d+ bytes/);
+    // About one checkpoint's worth (2 KB) of entries waits, far from the whole history.
+    assert.ok(version < steps / 2, `refused only at ${version}`);
+    // Nothing of the refused append was written; every acknowledged entry is still served;
+    // other documents go on.
+    assert.equal((await store.load('sus'))?.version, version);
+    assert.deepEqual(await store.append('other', appendOf(history, epoch, 0, 1)), {
+      ok: true,
+      version: 1,
+    });
+
+    // Fixed: the next checkpoint (a failed one schedules it) writes the journal again, and
+    // appends are taken again.
+    await rm(rewrite, { recursive: true });
+    await until(
+      () =>
+        store.append('sus', appendOf(history, epoch, version, version + 1)).then(
+          (outcome) => outcome.ok,
+          () => false,
+        ),
+      'an append taken again',
+    );
+    await store.close();
+    await assertKept(
+      dir,
+      new Map([
+        ['sus', version + 1],
+        ['other', 1],
       ]),
     );
   });
