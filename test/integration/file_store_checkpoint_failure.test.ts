@@ -81,6 +81,28 @@ function count(messages: string[], pattern: RegExp): number {
   return messages.filter((message) => pattern.test(message)).length;
 }
 
+/// Makes 'sus' a document that can be read but not checkpointed. Appended to version 2 and
+/// checkpointed; then a FIFO in its journal's place lets the next checkpoint's write go through
+/// and fails its fsync (EINVAL), as a failed writeback would after the data reached the page
+/// cache, and a directory at generation 1 makes the rewrite that this calls for fail for good.
+/// Appends 2→4 meanwhile. Resolves with the journal's and the rewrite's paths, the journal's
+/// content before, and what the failed checkpoint wrote.
+async function unsyncedJournal(store: FileStore, dir: string) {
+  await store.append('sus', appendOf(history, epoch, 0, 2));
+  await until(async () => (await logFiles(dir)).count === 0, 'a checkpoint');
+  const journal = await journalOf(dir, 'sus', 0);
+  const rewrite = await journalOf(dir, 'sus', 1);
+  await mkdir(rewrite);
+  const content = (await wedge(journal))!;
+  assert.deepEqual(await store.append('sus', appendOf(history, epoch, 2, 4)), {
+    ok: true,
+    version: 4,
+  });
+  await delay(100);
+  const written = await releaseWriter(journal);
+  return { journal, rewrite, content, written };
+}
+
 /// Opens `dir` and checks that each document holds at least its acknowledged version, and
 /// nothing but the history up to where it stands.
 async function assertKept(dir: string, acked: Map<string, number>): Promise<void> {
@@ -162,22 +184,9 @@ describe('FileStore checkpoint failures', () => {
     const dir = await dataDir();
     const store = new FileStore({ dataDir: dir, checkpointBytes: 2048, checkpointMs: 20 });
     after(() => store.close());
-    await store.append('sus', appendOf(history, epoch, 0, 2));
-    await until(async () => (await logFiles(dir)).count === 0, 'a checkpoint');
-    // A document that can still be read but not checkpointed: a failed sync of its journal
-    // (a FIFO in its place, as above) calls for a rewrite to generation 1, which a directory
-    // there makes fail for good.
-    const journal = await journalOf(dir, 'sus', 0);
-    const rewrite = await journalOf(dir, 'sus', 1);
-    await mkdir(rewrite);
-    const content = await wedge(journal);
-    assert.deepEqual(await store.append('sus', appendOf(history, epoch, 2, 4)), {
-      ok: true,
-      version: 4,
-    });
-    await delay(100);
-    const written = await releaseWriter(journal);
-    await writeFile(journal, Buffer.concat([content!, Buffer.from(written)]));
+    const { journal, rewrite, content, written } = await unsyncedJournal(store, dir);
+    // What the page cache shows after the failed sync: the lines are there.
+    await writeFile(journal, Buffer.concat([content, Buffer.from(written)]));
 
     let version = 4;
     let refusal: unknown = null;
@@ -315,24 +324,11 @@ describe('FileStore checkpoint failures', () => {
     const dir = await dataDir();
     const logger = recorder();
     const store = new FileStore({ dataDir: dir, checkpointBytes: 1, checkpointMs: 50, logger });
-    await store.append('sus', appendOf(history, epoch, 0, 2));
-    await until(async () => (await logFiles(dir)).count === 0, 'a checkpoint');
-    const journal = await journalOf(dir, 'sus', 0);
-    // The rewrite a failed sync calls for goes to generation 1: made to fail for good.
-    await mkdir(await journalOf(dir, 'sus', 1));
-    // A FIFO in the journal's place: the checkpoint's write goes through and its fsync fails
-    // (EINVAL), as a failed writeback would after the data reached the page cache.
-    const content = await wedge(journal);
-    assert.deepEqual(await store.append('sus', appendOf(history, epoch, 2, 4)), {
-      ok: true,
-      version: 4,
-    });
-    await delay(100);
-    const written = await releaseWriter(journal);
+    const { journal, rewrite, content, written } = await unsyncedJournal(store, dir);
     assert.match(written, /"baseVersion":2/);
     // What the page cache shows after such a failure: the lines are there. Whether they are
     // on the disk nobody knows; only the log surely holds them.
-    await writeFile(journal, Buffer.concat([content!, Buffer.from(written)]));
+    await writeFile(journal, Buffer.concat([content, Buffer.from(written)]));
     const carries = (): number => count(logger.messages, /carried forward/);
     await until(async () => carries() >= 1, 'a carry');
     // Other appends, checkpoints (the second after the file was written surely read it): the
@@ -343,8 +339,8 @@ describe('FileStore checkpoint failures', () => {
     await until(async () => carries() >= before + 2, 'two more carries');
     await store.close();
     // The crash that loses the page cache: the journal as the disk had it, and the disk fixed.
-    await writeFile(journal, content!);
-    await rm(await journalOf(dir, 'sus', 1), { recursive: true });
+    await writeFile(journal, content);
+    await rm(rewrite, { recursive: true });
     await assertKept(
       dir,
       new Map([
