@@ -218,13 +218,14 @@ export class Authority {
       doc = next;
     }
 
+    // The steps as applied, returned from here rather than read back from the history: a
+    // batch longer than what the history keeps is cut by the trim below, and the caller
+    // journals and broadcasts every one of them.
+    const applied: StepJSON[] = rebased ? new Array(accepted.length) : normalized;
     for (let i = 0; i < accepted.length; i++) {
       const step = accepted[i]!;
-      this.pushHistory(
-        rebased ? (step.toJSON() as StepJSON) : normalized[i]!,
-        clientID,
-        step.getMap(),
-      );
+      if (rebased) applied[i] = step.toJSON() as StepJSON;
+      this.pushHistory(applied[i]!, clientID, step.getMap());
     }
     this.doc = doc;
     this.docBytes = bytes;
@@ -232,13 +233,7 @@ export class Authority {
     this.lastEnd.set(clientID, this.version);
     if (rebased) this.rebasedBatches++;
     this.trimHistory();
-    return {
-      ok: true,
-      version: this.version,
-      doc,
-      steps: this.history.slice(this.history.length - accepted.length),
-      rebased,
-    };
+    return { ok: true, version: this.version, doc, steps: applied, rebased };
   }
 
   /// Applies one step to `doc`: the new document, null when the step does not apply, or a
@@ -307,12 +302,20 @@ export class Authority {
 
   /// Goes back to an earlier version, forgetting every step after it. Used when steps that
   /// were applied could not be made durable: they were never acknowledged, so dropping them
-  /// loses nothing a client was promised. `doc` is the document at `version`.
+  /// loses nothing a client was promised. `doc` is the document at `version`. The history may
+  /// already have cut steps before it (batches accepted since were longer than it keeps): it
+  /// then starts afresh at `version`, and catch-up from before is by whole document.
   rewind(version: number, doc: Node): void {
-    if (version > this.version || version < this.historyStart) {
-      throw new RangeError(
-        `Cannot rewind to ${version} (history ${this.historyStart}–${this.version})`,
-      );
+    if (version > this.version) {
+      throw new RangeError(`Cannot rewind to ${version}, after the version ${this.version}`);
+    }
+    if (version < this.historyStart) {
+      this.historyBytes = 0;
+      this.history.length = 0;
+      this.historyClients.length = 0;
+      this.historyMaps.length = 0;
+      this.historySizes.length = 0;
+      this.historyStart = version;
     }
     const keep = version - this.historyStart;
     for (let i = keep; i < this.historySizes.length; i++)

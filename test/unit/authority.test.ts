@@ -121,6 +121,39 @@ describe('Authority', () => {
     assert.equal(authority.stepsSince(35, 38)?.steps.length, 3, 'answers up to a given version');
   });
 
+  it('returns every step of a batch longer than the history keeps, and can still rewind it', () => {
+    // The room journals and broadcasts what `receive` returns: a batch cut to what the trimmed
+    // history holds would be stored short of the version it advanced the document to.
+    const authority = new Authority(emptyDoc(), 0, { ...limits, maxHistorySteps: 4 });
+    const tr = EditorState.create({ doc: emptyDoc() }).tr;
+    for (let i = 0; i < 10; i++) tr.insertText(String(i), 1 + i);
+    const outcome = authority.receive(
+      0,
+      tr.steps.map((step) => step.toJSON() as StepJSON),
+      'a',
+    );
+    assert.ok(outcome.ok);
+    assert.equal(outcome.version, 10);
+    assert.equal(outcome.steps.length, 10);
+    assert.deepEqual(
+      outcome.steps,
+      tr.steps.map((step) => step.toJSON()),
+    );
+    assert.equal(authority.stepsSince(0), null, 'the history kept only the last steps');
+    // Its append failed: back to version 0, although the history no longer reaches it.
+    authority.rewind(0, emptyDoc());
+    assert.equal(authority.version, 0);
+    assert.equal(authority.doc.textContent, '');
+    assert.deepEqual(authority.stepsSince(0)?.steps, []);
+    const again = authority.receive(
+      0,
+      tr.steps.map((step) => step.toJSON() as StepJSON),
+      'a',
+    );
+    assert.ok(again.ok, 'the batch that was never made durable may be sent again');
+    assert.equal(authority.doc.textContent, '0123456789');
+  });
+
   it('rewinds to an earlier version, forgetting what came after', () => {
     const authority = new Authority(emptyDoc(), 0, limits);
     authority.receive(0, [insertStep()], 'a');
