@@ -1,7 +1,7 @@
 import { collab, getVersion, receiveTransaction, sendableSteps } from 'prosemirror-collab';
 import { Node, type Schema } from 'prosemirror-model';
 import { EditorState, TextSelection, type Plugin, type Transaction } from 'prosemirror-state';
-import { Step, type StepMap } from 'prosemirror-transform';
+import { Mapping, Step, type StepMap } from 'prosemirror-transform';
 import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
 import {
   errorBody,
@@ -19,6 +19,7 @@ import {
   type StepsBroadcast,
   type SyncAnswer,
 } from '../schema/index.js';
+import { differenceMap } from './doc_diff.js';
 
 /// Where a client stands: `connecting` (joining or catching up), `synced` (connected, nothing
 /// unconfirmed), `sending` (connected, local steps waiting for confirmation), `offline`
@@ -350,10 +351,18 @@ export class CollabClient {
     this.options.onAcknowledged?.(version, steps);
   }
 
-  /// Replaces the state with the server's document. Unconfirmed local steps are re-applied on
-  /// top when they still fit (unless `dropLocal`), so an offline editor loses as little as
-  /// possible; the rest are reported through `onReload`. The first `landed` of them are
-  /// already in `doc` (a batch whose acknowledgement was lost) and are not applied again.
+  /// Replaces the state with the server's document. Unconfirmed local steps are rebased onto
+  /// it (unless `dropLocal`), so an offline editor loses as little as possible; those that no
+  /// longer apply are reported through `onReload`. The first `landed` of them are already in
+  /// `doc` (a batch whose acknowledgement was lost) and are not applied again. The selection
+  /// follows the same mapping.
+  ///
+  /// The server sends a whole document, not the steps that led to it, so the change from our
+  /// confirmed document to `doc` is reconstructed by comparing the two (`differenceMap`). A
+  /// local edit outside what changed keeps its place however much text others added or
+  /// removed elsewhere; one inside it is dropped, as an edit into text that others deleted
+  /// is. Applying the steps at their old positions instead would put an offline edit wherever
+  /// those positions fall in the new text.
   private reload(
     doc: Node,
     version: number,
@@ -363,7 +372,7 @@ export class CollabClient {
   ): void {
     this.options.beforeRemote?.();
     const previous = this.state;
-    const local = previous && !dropLocal ? sendableSteps(previous) : null;
+    const unconfirmed = previous ? (sendableSteps(previous)?.steps ?? []) : [];
     let state = EditorState.create({
       schema: this.schema,
       doc,
@@ -372,14 +381,17 @@ export class CollabClient {
       plugins: [collab({ version, clientID: this.clientID }), ...this.plugins],
     });
     let dropped = 0;
-    if (local) {
+    if (previous) {
+      const keep = dropLocal ? 0 : landed;
+      const moved = this.moveOnto(unconfirmed, keep, doc, dropLocal);
+      dropped = unconfirmed.length - keep - moved.steps.length;
       const tr = state.tr;
-      for (let i = landed; i < local.steps.length; i++) {
-        if (!fits(tr, local.steps[i]!)) dropped++;
-      }
-      if (tr.docChanged) state = state.apply(tr);
-    } else if (previous && dropLocal) {
-      dropped = sendableSteps(previous)?.steps.length ?? 0;
+      for (const step of moved.steps) tr.step(step);
+      const size = tr.doc.content.size;
+      const anchor = Math.min(moved.mapping.map(previous.selection.anchor), size);
+      const head = Math.min(moved.mapping.map(previous.selection.head), size);
+      tr.setSelection(TextSelection.between(tr.doc.resolve(anchor), tr.doc.resolve(head)));
+      state = state.apply(tr);
     }
     this.state = state;
     this.confirmedDoc = doc;
@@ -392,6 +404,31 @@ export class CollabClient {
           : 'the server no longer held the steps to catch up';
       this.options.onReload?.({ dropped, reason });
     }
+  }
+
+  /// Rebases `unconfirmed` (the previous state's local steps, made on the confirmed document)
+  /// onto `doc`, leaving out the first `landed`, which `doc` already holds; none when
+  /// `dropLocal`. Returns the steps that still apply, and the mapping from the previous
+  /// state's positions to the document after them.
+  private moveOnto(
+    unconfirmed: readonly Step[],
+    landed: number,
+    doc: Node,
+    dropLocal: boolean,
+  ): { steps: Step[]; mapping: Mapping } {
+    // Our confirmed document with the landed steps: what `doc` is compared with. (They were
+    // made on it, so they apply; a state always comes with its confirmed document.)
+    let base = this.confirmedDoc!;
+    for (let i = 0; i < landed; i++) base = unconfirmed[i]!.apply(base).doc ?? base;
+    const rest = unconfirmed.slice(landed);
+    const mapping = new Mapping();
+    for (let i = rest.length - 1; i >= 0; i--) mapping.appendMap(rest[i]!.getMap().invert());
+    const over = differenceMap(base, doc);
+    if (over) mapping.appendMap(over);
+    if (dropLocal) return { steps: [], mapping };
+    const moved = rebaseSteps(rest, over ? [over] : [], doc);
+    for (const step of moved.steps) mapping.appendMap(step.getMap());
+    return { steps: moved.steps, mapping };
   }
 
   private onSteps(message: StepsBroadcast): void {
@@ -851,16 +888,4 @@ function utf8Length(text: string): number {
 /// (which browsers only offer on secure origins).
 export function randomClientID(): string {
   return Date.now().toString(36) + '-' + Math.random().toString(36).slice(2, 10);
-}
-
-/// Applies `step` to `tr` if it fits the document. `maybeStep` reports a step that breaks the
-/// schema, but throws a `RangeError` for positions past the end: a local step made on a longer
-/// document than the one reloaded (others deleted text meanwhile) is one of those.
-function fits(tr: Transaction, step: Step): boolean {
-  try {
-    return tr.maybeStep(step).failed === null;
-  } catch (error) {
-    if (error instanceof RangeError) return false;
-    throw error;
-  }
 }

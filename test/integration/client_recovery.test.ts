@@ -198,6 +198,59 @@ describe('client recovery', () => {
     }
   });
 
+  it('rebases offline edits onto a whole-document catch-up, so that they keep their place', async () => {
+    // While `a` is offline, `b` types more than the server keeps of history in front of the
+    // text, and deletes the word `a` typed into: `a` catches up by whole document, and its
+    // offline edits must follow the text they were made in, or go with it.
+    const server = await startServer({ maxHistorySteps: 20 });
+    const reloads: { dropped: number; reason: string }[] = [];
+    const a = openEditor(server.url, 'offline-rebase', {
+      clientID: 'a',
+      onReload: (info) => reloads.push(info),
+    });
+    const b = openEditor(server.url, 'offline-rebase', { clientID: 'b' });
+    try {
+      await waitFor(() => a.status === 'synced' && b.status === 'synced', 'joined');
+      typeAtEnd(a, 'keep gone');
+      await waitFor(() => !a.hasUnconfirmed && b.version === a.version, 'shared');
+      a.socket.disconnect();
+      await waitFor(() => a.status === 'offline', 'offline');
+      // Offline: "X" after "keep", "Y" inside "gone", "Z" at the end.
+      a.dispatch(a.state!.tr.insertText('X', 5));
+      a.dispatch(a.state!.tr.insertText('Y', 9));
+      typeAtEnd(a, 'Z');
+      assert.equal(a.state!.doc.textContent, 'keepX goYneZ');
+      // Meanwhile: "gone" becomes "here", then 30 letters in front, one step each.
+      b.dispatch(b.state!.tr.insertText('here', 6, 10));
+      for (let i = 0; i < 30; i++) b.dispatch(b.state!.tr.insertText('b', 1));
+      await waitFor(() => !b.hasUnconfirmed, 'b confirmed');
+      a.socket.connect();
+      await waitFor(
+        () =>
+          a.status === 'synced' &&
+          !a.hasUnconfirmed &&
+          !b.hasUnconfirmed &&
+          a.version === b.version,
+        'converged',
+        10_000,
+      );
+      assert.deepEqual(
+        reloads.map((reload) => reload.dropped),
+        [1],
+        'one reload, which dropped the edit inside the replaced word',
+      );
+      const expected = `${'b'.repeat(30)}keepX hereZ`;
+      assert.equal(a.state!.doc.textContent, expected);
+      assert.equal(b.state!.doc.textContent, expected);
+      // The cursor stays after the last offline edit.
+      assert.equal(a.state!.selection.head, a.state!.doc.firstChild!.nodeSize - 1);
+    } finally {
+      a.close();
+      b.close();
+      await server.close();
+    }
+  });
+
   it('sends a batch again when its connection dropped before the server took it, catching up by whole document', async () => {
     // The append of the batch holding "Y" fails (the server never accepts it); the room
     // unloads meanwhile, so the editor catches up by whole document.

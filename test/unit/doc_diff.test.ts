@@ -1,0 +1,142 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import type { Node } from 'prosemirror-model';
+import { EditorState } from 'prosemirror-state';
+import type { StepMap } from 'prosemirror-transform';
+import { differenceMap } from '../../client/doc_diff.js';
+import { Random } from '../../client-sim/random.js';
+import { randomEdit } from '../../client-sim/workload.js';
+import { emptyDoc, schema } from '../../schema/index.js';
+
+// How the client reconstructs the change between the document it knew and the one a
+// whole-document catch-up brings: the places that differ, and nothing more.
+
+function ranges(map: StepMap | null): number[][] {
+  const out: number[][] = [];
+  map?.forEach((oldStart, oldEnd, newStart, newEnd) =>
+    out.push([oldStart, oldEnd, newStart, newEnd]),
+  );
+  return out;
+}
+
+/// `count` random edits (typing, deleting, splitting and joining blocks, marks, lists) on
+/// `doc`.
+function edited(doc: Node, random: Random, count: number): Node {
+  let state = EditorState.create({ doc });
+  for (let i = 0; i < count; i++) {
+    const tr = randomEdit(state, random);
+    if (tr) state = state.apply(tr);
+  }
+  return state.doc;
+}
+
+/// What every map must satisfy: outside its ranges `a` and `b` hold the same content, and
+/// its ranges account for the whole difference in size.
+function assertExplains(map: StepMap | null, a: Node, b: Node): void {
+  if (a.eq(b)) {
+    assert.equal(map, null);
+    return;
+  }
+  assert.ok(map, 'documents that differ have a map');
+  let fromA = 0;
+  let fromB = 0;
+  for (const [oldStart, oldEnd, newStart, newEnd] of ranges(map)) {
+    assert.ok(oldStart! >= fromA, 'ranges in order, not overlapping');
+    assert.equal(
+      newStart! - fromB,
+      oldStart! - fromA,
+      'the stretch between ranges keeps its length',
+    );
+    assert.ok(
+      a.slice(fromA, oldStart!).eq(b.slice(fromB, newStart!)),
+      `same content between ranges (${fromA}–${oldStart} against ${fromB}–${newStart})`,
+    );
+    fromA = oldEnd!;
+    fromB = newEnd!;
+  }
+  assert.equal(a.content.size - fromA, b.content.size - fromB);
+  assert.ok(a.slice(fromA).eq(b.slice(fromB)), 'same content after the last range');
+}
+
+function doc(...paragraphs: string[]): Node {
+  return schema.node(
+    'doc',
+    null,
+    paragraphs.map((text) => schema.node('paragraph', null, text ? schema.text(text) : [])),
+  );
+}
+
+describe('differenceMap', () => {
+  it('is null for equal documents', () => {
+    assert.equal(differenceMap(doc('same', 'text'), doc('same', 'text')), null);
+  });
+
+  it('finds each edited place on its own, down to the characters inside a paragraph', () => {
+    const a = doc('first', 'middle', 'keep gone');
+    const b = doc('the first', 'middle', 'keep here', 'new');
+    const map = differenceMap(a, b);
+    // "the " typed at the start of the first paragraph; "gone" → "here" as Myers's diff
+    // aligns it ("gon" → "h", the "e" kept, "re" added); a paragraph added at the end.
+    assert.deepEqual(ranges(map), [
+      [1, 1, 1, 5],
+      [21, 24, 25, 26],
+      [25, 25, 27, 29],
+      [26, 26, 30, 35],
+    ]);
+    assertExplains(map, a, b);
+    // A position in the untouched middle paragraph, and one between the two changes of the
+    // last one, keep their place.
+    assert.equal(map!.map(10), 14);
+    assert.equal(map!.map(20), 24);
+  });
+
+  it('takes a replaced block as replaced, and a changed mark as a change of its characters', () => {
+    const bold = schema.marks.strong!.create();
+    const a = schema.node('doc', null, [
+      schema.node('heading', { level: 1 }, schema.text('title')),
+      schema.node('paragraph', null, schema.text('plain text')),
+    ]);
+    const b = schema.node('doc', null, [
+      schema.node('paragraph', null, schema.text('title')),
+      schema.node('paragraph', null, [schema.text('plain '), schema.text('text', [bold])]),
+    ]);
+    const map = differenceMap(a, b);
+    assert.deepEqual(ranges(map), [
+      [0, 7, 0, 7],
+      [14, 18, 14, 18],
+    ]);
+    assertExplains(map, a, b);
+  });
+
+  it('explains any two documents that random edits lead to from one another', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 1_000_000 }),
+        fc.integer({ min: 0, max: 40 }),
+        (seed, edits) => {
+          const random = new Random(seed);
+          const a = edited(emptyDoc(), random, 30);
+          const b = edited(a, random, edits);
+          assertExplains(differenceMap(a, b), a, b);
+          assertExplains(differenceMap(b, a), b, a);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
+  it('still explains the difference when there are too many changes to compare in detail', () => {
+    // Every other character differs: past the comparison's edit limit, the stretch from the
+    // first to the last difference is taken as one change.
+    const a = doc('ab'.repeat(3000));
+    const b = doc('ac'.repeat(3000));
+    const map = differenceMap(a, b);
+    assert.deepEqual(ranges(map), [[2, 6001, 2, 6001]]);
+    assertExplains(map, a, b);
+    // A run repeated at both ends: the change is where the lengths differ.
+    const c = doc('ab'.repeat(3000));
+    const d = doc('ab'.repeat(3001));
+    assertExplains(differenceMap(c, d), c, d);
+  });
+});
