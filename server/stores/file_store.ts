@@ -60,6 +60,12 @@ export interface FileStoreOptions {
   /// Defaults 8 MiB and 30,000 ms.
   checkpointBytes?: number;
   checkpointMs?: number;
+  /// After a checkpoint in which a document failed, the next one starts this many
+  /// milliseconds later, twice that after the next failure, and so on up to `checkpointMs`
+  /// (back to this after one in which none failed): a document whose journal was briefly
+  /// unwritable has its appends taken again soon, one that stays broken is not retried in a
+  /// loop (each try writes its waiting entries to the log again). Default 1000.
+  checkpointRetryMs?: number;
   /// Told about stale locks taken over, crash leftovers removed and log records replayed.
   logger?: FileStoreLogger;
 }
@@ -231,6 +237,9 @@ export class FileStore implements Store {
   private readonly lock: DirectoryLock;
   private readonly checkpointBytes: number;
   private readonly checkpointMs: number;
+  private readonly checkpointRetryMs: number;
+  /// The wait before the next retry of a failed checkpoint (see `checkpointRetryMs`).
+  private retryDelay: number;
   private readonly docs = new Map<string, DocFiles>();
   private readonly syncedDirs = new Set<string>();
   /// The `unreplayedPath` of every document whose log records were set aside (see `replay`).
@@ -259,6 +268,8 @@ export class FileStore implements Store {
     this.timeoutMs = options.timeoutMs ?? 2000;
     this.checkpointBytes = options.checkpointBytes ?? 8 * 1024 * 1024;
     this.checkpointMs = options.checkpointMs ?? 30_000;
+    this.checkpointRetryMs = Math.min(options.checkpointRetryMs ?? 1000, this.checkpointMs);
+    this.retryDelay = this.checkpointRetryMs;
     this.logger = options.logger ?? null;
     const logger = this.logger;
     this.lock = DirectoryLock.acquire(
@@ -815,6 +826,20 @@ export class FileStore implements Store {
     this.checkpointTimer.unref();
   }
 
+  /// Arms the next checkpoint after a failed one: `retryDelay` from now, which doubles for the
+  /// one after, up to `checkpointMs`. Replaces a timer armed for later.
+  private scheduleRetry(): void {
+    if (this.closed) return;
+    if (this.checkpointTimer) clearTimeout(this.checkpointTimer);
+    const delay = this.retryDelay;
+    this.retryDelay = Math.min(delay * 2, this.checkpointMs);
+    this.checkpointTimer = setTimeout(() => {
+      this.checkpointTimer = null;
+      this.startCheckpoint();
+    }, delay);
+    this.checkpointTimer.unref();
+  }
+
   private startCheckpoint(): void {
     if (this.checkpointing || this.closed) return;
     if (this.checkpointTimer) {
@@ -824,6 +849,7 @@ export class FileStore implements Store {
     this.checkpointing = this.checkpoint()
       .catch((error: unknown) => {
         // The log files stay; the next checkpoint deletes them.
+        this.scheduleRetry();
         this.logger?.warn(
           { dir: this.dataDir, err: error instanceof Error ? error.message : String(error) },
           'file store: checkpoint failed; the write-ahead log keeps its entries',
@@ -871,8 +897,10 @@ export class FileStore implements Store {
       );
     }
     if (failed.length > 0) {
-      if (!this.closed) this.scheduleCheckpoint();
+      this.scheduleRetry();
       if (!(await this.carryForward(left, failed))) return;
+    } else {
+      this.retryDelay = this.checkpointRetryMs;
     }
     await this.log.removeThrough(left, this.oldestLog);
     this.oldestLog = left + 1;

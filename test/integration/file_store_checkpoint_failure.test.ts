@@ -234,6 +234,53 @@ describe('FileStore checkpoint failures', () => {
     );
   });
 
+  it('retries a failed checkpoint soon, not a whole checkpoint interval later', async () => {
+    // Checkpoints come only by size here (the interval is a minute): once the failing
+    // document is fixed and nothing else is written, only the retry moves its entries.
+    const dir = await dataDir();
+    const logger = recorder();
+    const store = new FileStore({
+      dataDir: dir,
+      checkpointBytes: 2048,
+      checkpointMs: 60_000,
+      logger,
+    });
+    after(() => store.close());
+    await store.append('broken', appendOf(history, epoch, 0, 2));
+    const journal = await journalOf(dir, 'broken', 0);
+    let busy = 0;
+    const hasLines = () =>
+      stat(journal).then(
+        (stats) => stats.size > 0,
+        () => false,
+      );
+    while (!(await hasLines())) {
+      await store.append('busy', appendOf(history, epoch, busy, busy + 1));
+      busy++;
+      assert.ok(busy < steps, 'a checkpoint by size');
+    }
+    await rename(journal, `${journal}.saved`);
+    await mkdir(journal);
+    await store.append('broken', appendOf(history, epoch, 2, 4));
+    while (count(logger.messages, /checkpoint of a document failed.*"docId":"broken"/) === 0) {
+      await store.append('busy', appendOf(history, epoch, busy, busy + 1));
+      busy++;
+      assert.ok(busy < steps, 'a failed checkpoint by size');
+      await delay(5);
+    }
+    await rm(journal, { recursive: true });
+    await rename(`${journal}.saved`, journal);
+    await until(async () => (await logFiles(dir)).count === 0, 'the retried checkpoint');
+    await store.close();
+    await assertKept(
+      dir,
+      new Map([
+        ['broken', 4],
+        ['busy', busy],
+      ]),
+    );
+  });
+
   it('replays the carried entries at the next open after a close with the document still failing', async () => {
     const dir = await dataDir();
     const logger = recorder();
