@@ -87,6 +87,9 @@ interface Waiter {
 
 /// An entry committed to the write-ahead log and not yet written to its document's journal.
 interface LoggedEntry {
+  /// The document's epoch it was appended in: a reset whose state file was renamed but not
+  /// synced leaves entries of the old epoch in memory under a state file of the new one.
+  epoch: string;
   baseVersion: number;
   end: number;
   /// The journal line, newline included.
@@ -528,6 +531,15 @@ export class FileStore implements Store {
     const logged: LoggedEntry[] = [];
     const unsynced: LoggedEntry[] = [];
     for (const entry of doc.logged) {
+      if (entry.epoch !== state.epoch) {
+        // Appended before a reset whose state file landed but whose directory sync failed
+        // (the document is suspect): the reset's snapshot holds them in the new epoch, and
+        // the disk may still hold the old state file. They are not this history's, so they
+        // are never part of its journal; the log keeps them, in their own epoch, until the
+        // state file is written and synced again.
+        unsynced.push(entry);
+        continue;
+      }
       if (entry.end <= fileVersion) {
         // After a failed write, the file may show what only the page cache holds.
         if (doc.suspect) unsynced.push(entry);
@@ -771,6 +783,7 @@ export class FileStore implements Store {
       };
       const json = JSON.stringify(entry);
       logged.push({
+        epoch,
         baseVersion: request.baseVersion,
         end: entryEnd(entry),
         line: journalLine(json),
@@ -1178,12 +1191,11 @@ function journalLine(json: string): string {
 }
 
 /// The log line for an entry of `doc` that a checkpoint carries forward: its journal line's
-/// JSON (`journalLine` wrote it with a checksum and a newline), with the document's epoch.
-/// Every entry in memory was appended at that epoch: it only changes when a document is
-/// created, and a new document holds no entries yet.
+/// JSON (`journalLine` wrote it with a checksum and a newline), with the epoch it was appended
+/// in, which after a failed reset need not be the document's (see `LoggedEntry.epoch`).
 function carriedLine(doc: DocFiles, entry: LoggedEntry): string {
   const json = checkedJSON(entry.line, 0, entry.line.length - 1, `entry of ${doc.docId}`);
-  return WriteAheadLog.line(doc.docId, doc.epoch, json);
+  return WriteAheadLog.line(doc.docId, entry.epoch, json);
 }
 
 /// The entries of a journal file's text up to `complete` (the end of its last whole line).
