@@ -11,10 +11,11 @@ import { StepMap } from 'prosemirror-transform';
 // whose ranges are the places that differ: a position between them keeps its place however
 // much others added or removed before it, and one inside them is taken as deleted.
 
-/// Past this many inserted and deleted items at one level, the comparison gives up on detail
-/// for that level and takes the whole stretch from the first to the last difference as one
-/// change: Myers's diff costs O(N·D), and a reload must stay quick in a browser tab.
-const maxEditLength = 2000;
+/// Past this many inserted and deleted items at one level, or this many milliseconds, the
+/// comparison gives up on detail for that level and takes the whole stretch from the first to
+/// the last difference as one change: Myers's diff costs O(N·D), and a reload must stay quick
+/// in a browser tab.
+const limits = { maxEditLength: 1000, timeout: 50 };
 
 /// The change from `a` to `b` as the map of the replacements that turn one into the other, or
 /// null when the two are equal. Positions are those of `a`'s and `b`'s content (a document's).
@@ -36,70 +37,70 @@ interface InlineItem {
 function compareContent(a: Node, b: Node, start: number, ranges: number[]): void {
   if (a.content.eq(b.content)) return;
   if (a.inlineContent) {
-    const changes = diffArrays(inlineItems(a), inlineItems(b), {
-      comparator: sameItem,
-      maxEditLength,
+    const itemsA = inlineItems(a);
+    const itemsB = inlineItems(b);
+    const changes = diffArrays(itemsA, itemsB, { comparator: sameItem, ...limits });
+    if (!changes) return wholeStretch(a, b, start, ranges);
+    let pos = start;
+    forEachRun(changes, (common, fromA, removed, fromB, added) => {
+      const oldSize = sizeOf(itemsA, fromA, removed, itemSize);
+      if (!common) ranges.push(pos, oldSize, sizeOf(itemsB, fromB, added, itemSize));
+      pos += oldSize;
     });
-    if (changes) walk(changes, start, itemSize, null, ranges);
-    else wholeStretch(a, b, start, ranges);
     return;
   }
-  const changes = diffArrays(a.children.slice(), b.children.slice(), {
-    comparator: (x: Node, y: Node) => x.eq(y),
-    maxEditLength,
+  // Blocks are compared by their JSON, made once each, rather than by `Node.eq` at every probe
+  // of the diff.
+  const changes = diffArrays(a.children.map(blockKey), b.children.map(blockKey), limits);
+  if (!changes) return wholeStretch(a, b, start, ranges);
+  let pos = start;
+  forEachRun(changes, (common, fromA, removed, fromB, added) => {
+    if (common) {
+      pos += sizeOf(a.children, fromA, removed, nodeSize);
+    } else {
+      const gone = a.children.slice(fromA, fromA + removed);
+      pos = pairUp(gone, b.children.slice(fromB, fromB + added), pos, ranges);
+    }
   });
-  if (changes) walk(changes, start, nodeSize, compareContent, ranges);
-  else wholeStretch(a, b, start, ranges);
 }
 
-/// Turns jsdiff's changes into ranges. With `inside` (blocks), removed blocks next to added
-/// ones may be blocks edited in place (`pairUp`), which `inside` compares further.
-function walk<T>(
+/// Calls `visit` for each run of jsdiff's changes, with where it starts in the old and the new
+/// list and how many items it takes from each: a run of common items (`common`, as many on
+/// both sides), or a removal and an addition next to each other, as one run.
+function forEachRun<T>(
   changes: ChangeObject<T[]>[],
-  start: number,
-  size: (item: T) => number,
-  inside: ((a: Node, b: Node, start: number, ranges: number[]) => void) | null,
-  ranges: number[],
+  visit: (common: boolean, fromA: number, removed: number, fromB: number, added: number) => void,
 ): void {
-  let pos = start;
+  let fromA = 0;
+  let fromB = 0;
   for (let k = 0; k < changes.length; k++) {
     const change = changes[k]!;
+    const count = change.value.length;
     if (!change.added && !change.removed) {
-      pos += sum(change.value, size);
+      visit(true, fromA, count, fromB, count);
+      fromA += count;
+      fromB += count;
       continue;
     }
-    let removed: T[] = [];
-    let added: T[] = [];
+    let removed = change.removed ? count : 0;
+    let added = change.added ? count : 0;
     const next = changes[k + 1];
     if (next && (next.added || next.removed) && next.added !== change.added) {
-      removed = change.removed ? change.value : next.value;
-      added = change.added ? change.value : next.value;
+      if (next.removed) removed = next.value.length;
+      else added = next.value.length;
       k++;
-    } else if (change.removed) {
-      removed = change.value;
-    } else {
-      added = change.value;
     }
-    if (inside) {
-      pairUp(removed as Node[], added as Node[], pos, inside, ranges);
-    } else {
-      ranges.push(pos, sum(removed, size), sum(added, size));
-    }
-    pos += sum(removed, size);
+    visit(false, fromA, removed, fromB, added);
+    fromA += removed;
+    fromB += added;
   }
 }
 
 /// Blocks removed and added at `pos`: those at the start and at the end of both runs that are
 /// of the same markup are taken as edited in place and compared inside (a paragraph typed into,
 /// a list item changed, with new blocks before or after it); the rest, between them, as
-/// replaced.
-function pairUp(
-  removed: Node[],
-  added: Node[],
-  pos: number,
-  inside: (a: Node, b: Node, start: number, ranges: number[]) => void,
-  ranges: number[],
-): void {
+/// replaced. Returns the position after the removed blocks.
+function pairUp(removed: Node[], added: Node[], pos: number, ranges: number[]): number {
   const both = Math.min(removed.length, added.length);
   let lead = 0;
   while (lead < both && pairable(removed[lead]!, added[lead]!)) lead++;
@@ -110,20 +111,20 @@ function pairUp(
   ) {
     trail++;
   }
-  let at = pos;
   for (let i = 0; i < lead; i++) {
-    inside(removed[i]!, added[i]!, at + 1, ranges);
-    at += removed[i]!.nodeSize;
+    compareContent(removed[i]!, added[i]!, pos + 1, ranges);
+    pos += removed[i]!.nodeSize;
   }
-  const oldSize = sum(removed.slice(lead, removed.length - trail), nodeSize);
-  const newSize = sum(added.slice(lead, added.length - trail), nodeSize);
-  if (oldSize > 0 || newSize > 0) ranges.push(at, oldSize, newSize);
-  at += oldSize;
+  const oldSize = sizeOf(removed, lead, removed.length - trail - lead, nodeSize);
+  const newSize = sizeOf(added, lead, added.length - trail - lead, nodeSize);
+  if (oldSize > 0 || newSize > 0) ranges.push(pos, oldSize, newSize);
+  pos += oldSize;
   for (let i = 0; i < trail; i++) {
-    const j = removed.length - trail + i;
-    inside(removed[j]!, added[added.length - trail + i]!, at + 1, ranges);
-    at += removed[j]!.nodeSize;
+    const node = removed[removed.length - trail + i]!;
+    compareContent(node, added[added.length - trail + i]!, pos + 1, ranges);
+    pos += node.nodeSize;
   }
+  return pos;
 }
 
 /// True when `b` may be `a` edited inside: nodes with content, of the same type, attributes
@@ -147,6 +148,10 @@ function wholeStretch(a: Node, b: Node, start: number, ranges: number[]): void {
     endB += overlap;
   }
   ranges.push(start + from, endA - from, endB - from);
+}
+
+function blockKey(node: Node): string {
+  return JSON.stringify(node.toJSON());
 }
 
 function inlineItems(node: Node): InlineItem[] {
@@ -175,8 +180,14 @@ function nodeSize(node: Node): number {
   return node.nodeSize;
 }
 
-function sum<T>(items: readonly T[], size: (item: T) => number): number {
+/// The size of `count` items of `list` from `from`.
+function sizeOf<T>(
+  list: readonly T[],
+  from: number,
+  count: number,
+  size: (item: T) => number,
+): number {
   let total = 0;
-  for (let i = 0; i < items.length; i++) total += size(items[i]!);
+  for (let i = from; i < from + count; i++) total += size(list[i]!);
   return total;
 }

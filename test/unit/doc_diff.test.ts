@@ -109,6 +109,31 @@ describe('differenceMap', () => {
     assertExplains(map, a, b);
   });
 
+  it('counts inline nodes as the positions they take, and finds a change among many blocks', () => {
+    const br = () => schema.nodes.hard_break!.create();
+    const a = schema.node('doc', null, [
+      schema.node('paragraph', null, [schema.text('ab'), br(), schema.text('cd')]),
+    ]);
+    const b = schema.node('doc', null, [
+      schema.node('paragraph', null, [schema.text('ab'), br(), br(), schema.text('cXd')]),
+    ]);
+    const map = differenceMap(a, b);
+    assertExplains(map, a, b);
+    assert.deepEqual(ranges(map), [
+      [4, 4, 4, 5],
+      [5, 5, 6, 7],
+    ]);
+    // 3,000 paragraphs, one edited in the middle and one removed near the end.
+    const texts = Array.from({ length: 3000 }, (_, i) => `paragraph ${i}`);
+    const long = doc(...texts);
+    const edited = doc(
+      ...texts.map((text, i) => (i === 1500 ? `${text}!` : text)).filter((_, i) => i !== 2900),
+    );
+    const many = differenceMap(long, edited);
+    assertExplains(many, long, edited);
+    assert.equal(ranges(many).length, 2);
+  });
+
   it('explains any two documents that random edits lead to from one another', () => {
     fc.assert(
       fc.property(
