@@ -33,7 +33,7 @@ interface InlineItem {
 }
 
 /// Appends to `ranges` the replacements that turn the content of `a` into that of `b` (nodes
-/// of the same markup), `start` being the position of `a`'s content.
+/// with content, both textblocks or neither), `start` being the position of `a`'s content.
 function compareContent(a: Node, b: Node, start: number, ranges: number[]): void {
   if (a.content.eq(b.content)) return;
   if (a.inlineContent) {
@@ -96,41 +96,58 @@ function forEachRun<T>(
   }
 }
 
-/// Blocks removed and added at `pos`: those at the start and at the end of both runs that are
-/// of the same markup are taken as edited in place and compared inside (a paragraph typed into,
-/// a list item changed, with new blocks before or after it); the rest, between them, as
-/// replaced. Returns the position after the removed blocks.
+/// Blocks removed and added at `pos`. Each removed block is paired, in order, with the next
+/// added one of the same markup, or failing that the next of the same kind (a textblock for a
+/// textblock: a heading made a paragraph), as the same block edited in place, and compared
+/// inside (a paragraph typed into, a list item changed, with new blocks around it); the others
+/// are taken as deleted or inserted. Returns the position after the removed blocks.
 function pairUp(removed: Node[], added: Node[], pos: number, ranges: number[]): number {
-  const both = Math.min(removed.length, added.length);
-  let lead = 0;
-  while (lead < both && pairable(removed[lead]!, added[lead]!)) lead++;
-  let trail = 0;
-  while (
-    trail < both - lead &&
-    pairable(removed[removed.length - 1 - trail]!, added[added.length - 1 - trail]!)
-  ) {
-    trail++;
+  // The unpaired blocks since the last pair: one replacement from `from`.
+  let from = pos;
+  let oldSize = 0;
+  let newSize = 0;
+  let next = 0;
+  for (const block of removed) {
+    let match = -1;
+    if (!block.isLeaf) {
+      match = indexFrom(added, next, (other) => block.sameMarkup(other));
+      if (match < 0) match = indexFrom(added, next, (other) => pairable(block, other));
+    }
+    if (match < 0) {
+      oldSize += block.nodeSize;
+      pos += block.nodeSize;
+      continue;
+    }
+    for (let i = next; i < match; i++) newSize += added[i]!.nodeSize;
+    if (oldSize > 0 || newSize > 0) ranges.push(from, oldSize, newSize);
+    const other = added[match]!;
+    // Another type or attributes: its start and end tokens are replaced, as a change of block
+    // type maps them in ProseMirror; what is inside keeps its positions.
+    const retyped = !block.sameMarkup(other);
+    if (retyped) ranges.push(pos, 1, 1);
+    compareContent(block, other, pos + 1, ranges);
+    if (retyped) ranges.push(pos + block.nodeSize - 1, 1, 1);
+    pos += block.nodeSize;
+    next = match + 1;
+    from = pos;
+    oldSize = 0;
+    newSize = 0;
   }
-  for (let i = 0; i < lead; i++) {
-    compareContent(removed[i]!, added[i]!, pos + 1, ranges);
-    pos += removed[i]!.nodeSize;
-  }
-  const oldSize = sizeOf(removed, lead, removed.length - trail - lead, nodeSize);
-  const newSize = sizeOf(added, lead, added.length - trail - lead, nodeSize);
-  if (oldSize > 0 || newSize > 0) ranges.push(pos, oldSize, newSize);
-  pos += oldSize;
-  for (let i = 0; i < trail; i++) {
-    const node = removed[removed.length - trail + i]!;
-    compareContent(node, added[added.length - trail + i]!, pos + 1, ranges);
-    pos += node.nodeSize;
-  }
+  for (let i = next; i < added.length; i++) newSize += added[i]!.nodeSize;
+  if (oldSize > 0 || newSize > 0) ranges.push(from, oldSize, newSize);
   return pos;
 }
 
-/// True when `b` may be `a` edited inside: nodes with content, of the same type, attributes
-/// and marks.
+/// The index of the first node of `list` from `from` that `test` accepts, or -1.
+function indexFrom(list: readonly Node[], from: number, test: (node: Node) => boolean): number {
+  for (let i = from; i < list.length; i++) if (test(list[i]!)) return i;
+  return -1;
+}
+
+/// True when `b` may be `a` edited inside, perhaps with another type: nodes with content,
+/// both textblocks or neither.
 function pairable(a: Node, b: Node): boolean {
-  return !a.isLeaf && !a.isText && a.sameMarkup(b);
+  return !a.isLeaf && !b.isLeaf && a.isTextblock === b.isTextblock;
 }
 
 /// The stretch from the first to the last position where the contents of `a` and `b` differ,

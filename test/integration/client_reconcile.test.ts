@@ -76,7 +76,7 @@ describe('client: a batch the server rebased differently', () => {
 });
 
 describe('client: a reload under local steps', () => {
-  it('drops a local step whose positions are past the end of the reloaded document, and keeps the others', async () => {
+  it('rebases local steps onto a reloaded document over what changed, so none is left past its end', async () => {
     // A scripted peer: the document is a long paragraph; the client's first batch is answered
     // history-gone, and the pull that follows gets a document whose paragraph is short.
     const http = createServer();
@@ -121,15 +121,81 @@ describe('client: a reload under local steps', () => {
     const editor = openEditor(url, 'reload', { onReload: (info) => reloads.push(info) });
     try {
       await editor.ready();
-      // At the start (fits any document) and at the end of the long text (past the short one).
+      // At the start, and at the end of the long text: past the end of the short one, where
+      // applied at its old position it would not fit. Rebased over the text's replacement,
+      // it goes to the end of the new text.
       editor.dispatch(editor.state!.tr.insertText('A', 1).insertText('Z', 302));
       await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
-      assert.deepEqual(reloads, [{ dropped: 1, reason: "the document's history was reset" }]);
-      assert.equal(editor.state!.doc.textContent, 'Ashort');
-      // The step that fits went out again, on the reloaded version, and was confirmed.
+      assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
+      assert.equal(editor.state!.doc.textContent, 'AshortZ');
+      // Both went out again, on the reloaded version, and were confirmed.
       assert.equal(kept.length, 1);
       assert.equal(kept[0]!.version, 7);
-      assert.equal(editor.version, 8);
+      assert.equal(kept[0]!.steps.length, 2);
+      assert.equal(editor.version, 9);
+    } finally {
+      editor.close();
+      io.close();
+    }
+  });
+  it('keeps text typed into a block that others wrapped, after the blocks that replaced it', async () => {
+    // Others made the empty paragraph a list, with text in it: comparing the two documents
+    // finds the paragraph replaced, not wrapped, so the offline text has no place inside it.
+    // It is kept after the list rather than dropped.
+    const http = createServer();
+    const io = new Server(http);
+    const wrapped = schema.node('doc', null, [
+      schema.node('ordered_list', null, [
+        schema.node('list_item', null, [schema.node('paragraph', null, [schema.text('theirs')])]),
+      ]),
+    ]);
+    const kept: { version: number; steps: StepJSON[] }[] = [];
+    io.on('connection', (socket) => {
+      const clientID = socket.handshake.auth['clientID'] as string;
+      socket.on('join', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+        ack({ ok: true, epoch: 'e', version: 0, doc: emptyDoc().toJSON() }),
+      );
+      let batches = 0;
+      socket.on(
+        'steps',
+        (request: { version: number; steps: StepJSON[] }, ack: (answer: StepsAnswer) => void) => {
+          if (batches++ === 0) {
+            ack({ ok: false, code: 'history-gone', message: 'reset' } as StepsAnswer);
+            return;
+          }
+          kept.push(request);
+          const version = request.version + request.steps.length;
+          socket.emit('steps', {
+            version,
+            steps: request.steps,
+            clientIDs: request.steps.map(() => clientID),
+          });
+          ack({ ok: true, version });
+        },
+      );
+      socket.on('pull', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+        ack({ ok: true, epoch: 'e2', version: 3, doc: wrapped.toJSON() }),
+      );
+    });
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+    const reloads: { dropped: number; reason: string }[] = [];
+    const editor = openEditor(url, 'wrapped', { onReload: (info) => reloads.push(info) });
+    try {
+      await editor.ready();
+      // Typed, then more at its end and in its middle: all of it follows into the new block.
+      editor.dispatch(editor.state!.tr.insertText('mine', 1));
+      editor.dispatch(editor.state!.tr.insertText('!', 5));
+      editor.dispatch(editor.state!.tr.insertText('?', 3));
+      await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
+      assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
+      const expected = schema.node('doc', null, [
+        ...wrapped.content.content,
+        schema.node('paragraph', null, [schema.text('mi?ne!')]),
+      ]);
+      assert.ok(editor.state!.doc.eq(expected), editor.state!.doc.toString());
+      assert.equal(kept.length, 1);
+      assert.equal(editor.version, 3 + kept[0]!.steps.length);
     } finally {
       editor.close();
       io.close();

@@ -91,7 +91,7 @@ describe('differenceMap', () => {
     assert.equal(map!.map(20), 24);
   });
 
-  it('takes a replaced block as replaced, and a changed mark as a change of its characters', () => {
+  it('takes a block made another type as the same block retyped, and a changed mark as a change of its characters', () => {
     const bold = schema.marks.strong!.create();
     const a = schema.node('doc', null, [
       schema.node('heading', { level: 1 }, schema.text('title')),
@@ -102,9 +102,25 @@ describe('differenceMap', () => {
       schema.node('paragraph', null, [schema.text('plain '), schema.text('text', [bold])]),
     ]);
     const map = differenceMap(a, b);
+    // The heading's start and end tokens replaced (as setBlockType maps them), its text kept.
     assert.deepEqual(ranges(map), [
-      [0, 7, 0, 7],
+      [0, 1, 0, 1],
+      [6, 7, 6, 7],
       [14, 18, 14, 18],
+    ]);
+    assert.equal(map!.map(3), 3);
+    // An empty paragraph typed into offline, against a document that others filled with
+    // headings first: its text lands in the paragraph, not in a heading, and is not dropped.
+    const empty = doc('');
+    const filled = schema.node('doc', null, [
+      schema.node('heading', { level: 1 }, schema.text('one')),
+      schema.node('paragraph', null, schema.text('two')),
+    ]);
+    const fromEmpty = differenceMap(empty, filled);
+    assertExplains(fromEmpty, empty, filled);
+    assert.deepEqual(ranges(fromEmpty), [
+      [0, 0, 0, 5],
+      [1, 1, 6, 9],
     ]);
     assertExplains(map, a, b);
   });
