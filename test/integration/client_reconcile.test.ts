@@ -3,6 +3,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, it } from 'node:test';
 import { Server } from 'socket.io';
+import type { Node } from 'prosemirror-model';
 import { EditorState } from 'prosemirror-state';
 import {
   emptyDoc,
@@ -75,48 +76,60 @@ describe('client: a batch the server rebased differently', () => {
   });
 });
 
+/// A scripted peer that makes its editor reload: it joins the client on `before` (epoch `e`,
+/// version 0), answers its first batch `history-gone`, the pull that follows with `after`
+/// (epoch `e2`, version `version`), and accepts every later batch, which it keeps.
+async function reloadingPeer(
+  before: Node,
+  after: Node,
+  version: number,
+): Promise<{ url: string; kept: { version: number; steps: StepJSON[] }[]; close(): void }> {
+  const http = createServer();
+  const io = new Server(http);
+  const kept: { version: number; steps: StepJSON[] }[] = [];
+  io.on('connection', (socket) => {
+    const clientID = socket.handshake.auth['clientID'] as string;
+    socket.on('join', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+      ack({ ok: true, epoch: 'e', version: 0, doc: before.toJSON() }),
+    );
+    let batches = 0;
+    socket.on(
+      'steps',
+      (request: { version: number; steps: StepJSON[] }, ack: (answer: StepsAnswer) => void) => {
+        if (batches++ === 0) {
+          ack({ ok: false, code: 'history-gone', message: 'reset' } as StepsAnswer);
+          return;
+        }
+        kept.push(request);
+        const end = request.version + request.steps.length;
+        socket.emit('steps', {
+          version: end,
+          steps: request.steps,
+          clientIDs: request.steps.map(() => clientID),
+        });
+        ack({ ok: true, version: end });
+      },
+    );
+    socket.on('pull', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+      ack({ ok: true, epoch: 'e2', version, doc: after.toJSON() }),
+    );
+  });
+  await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+  return { url, kept, close: () => io.close() };
+}
+
 describe('client: a reload under local steps', () => {
   it('rebases local steps onto a reloaded document over what changed, so none is left past its end', async () => {
-    // A scripted peer: the document is a long paragraph; the client's first batch is answered
-    // history-gone, and the pull that follows gets a document whose paragraph is short.
-    const http = createServer();
-    const io = new Server(http);
+    // The document is a long paragraph; the client's first batch is answered history-gone,
+    // and the pull that follows gets a document whose paragraph is short.
     const long = schema.node('doc', null, [
       schema.node('paragraph', null, [schema.text('x'.repeat(300))]),
     ]);
     const short = schema.node('doc', null, [
       schema.node('paragraph', null, [schema.text('short')]),
     ]);
-    const kept: { version: number; steps: StepJSON[] }[] = [];
-    io.on('connection', (socket) => {
-      const clientID = socket.handshake.auth['clientID'] as string;
-      socket.on('join', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
-        ack({ ok: true, epoch: 'e', version: 0, doc: long.toJSON() }),
-      );
-      let batches = 0;
-      socket.on(
-        'steps',
-        (request: { version: number; steps: StepJSON[] }, ack: (answer: StepsAnswer) => void) => {
-          if (batches++ === 0) {
-            ack({ ok: false, code: 'history-gone', message: 'reset' } as StepsAnswer);
-            return;
-          }
-          kept.push(request);
-          const version = request.version + request.steps.length;
-          socket.emit('steps', {
-            version,
-            steps: request.steps,
-            clientIDs: request.steps.map(() => clientID),
-          });
-          ack({ ok: true, version });
-        },
-      );
-      socket.on('pull', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
-        ack({ ok: true, epoch: 'e2', version: 7, doc: short.toJSON() }),
-      );
-    });
-    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-    const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+    const { url, kept, close } = await reloadingPeer(long, short, 7);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(url, 'reload', { onReload: (info) => reloads.push(info) });
     try {
@@ -135,50 +148,20 @@ describe('client: a reload under local steps', () => {
       assert.equal(editor.version, 9);
     } finally {
       editor.close();
-      io.close();
+      close();
     }
   });
+
   it('keeps text typed into a block that others wrapped, after the blocks that replaced it', async () => {
     // Others made the empty paragraph a list, with text in it: comparing the two documents
     // finds the paragraph replaced, not wrapped, so the offline text has no place inside it.
     // It is kept after the list rather than dropped.
-    const http = createServer();
-    const io = new Server(http);
     const wrapped = schema.node('doc', null, [
       schema.node('ordered_list', null, [
         schema.node('list_item', null, [schema.node('paragraph', null, [schema.text('theirs')])]),
       ]),
     ]);
-    const kept: { version: number; steps: StepJSON[] }[] = [];
-    io.on('connection', (socket) => {
-      const clientID = socket.handshake.auth['clientID'] as string;
-      socket.on('join', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
-        ack({ ok: true, epoch: 'e', version: 0, doc: emptyDoc().toJSON() }),
-      );
-      let batches = 0;
-      socket.on(
-        'steps',
-        (request: { version: number; steps: StepJSON[] }, ack: (answer: StepsAnswer) => void) => {
-          if (batches++ === 0) {
-            ack({ ok: false, code: 'history-gone', message: 'reset' } as StepsAnswer);
-            return;
-          }
-          kept.push(request);
-          const version = request.version + request.steps.length;
-          socket.emit('steps', {
-            version,
-            steps: request.steps,
-            clientIDs: request.steps.map(() => clientID),
-          });
-          ack({ ok: true, version });
-        },
-      );
-      socket.on('pull', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
-        ack({ ok: true, epoch: 'e2', version: 3, doc: wrapped.toJSON() }),
-      );
-    });
-    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-    const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+    const { url, kept, close } = await reloadingPeer(emptyDoc(), wrapped, 3);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(url, 'wrapped', { onReload: (info) => reloads.push(info) });
     try {
@@ -198,7 +181,7 @@ describe('client: a reload under local steps', () => {
       assert.equal(editor.version, 3 + kept[0]!.steps.length);
     } finally {
       editor.close();
-      io.close();
+      close();
     }
   });
 });
