@@ -1,7 +1,7 @@
 import { collab, getVersion, receiveTransaction, sendableSteps } from 'prosemirror-collab';
-import { Fragment, Node, Slice, type Schema } from 'prosemirror-model';
+import { Node, type Schema } from 'prosemirror-model';
 import { EditorState, TextSelection, type Plugin, type Transaction } from 'prosemirror-state';
-import { Mapping, ReplaceStep, Step, type StepMap } from 'prosemirror-transform';
+import { Step, type StepMap } from 'prosemirror-transform';
 import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
 import {
   errorBody,
@@ -389,8 +389,8 @@ export class CollabClient {
       const tr = state.tr;
       for (const step of moved.steps) tr.step(step);
       const size = tr.doc.content.size;
-      const anchor = Math.min(moved.mapping.map(previous.selection.anchor), size);
-      const head = Math.min(moved.mapping.map(previous.selection.head), size);
+      const anchor = Math.min(moved.map(previous.selection.anchor), size);
+      const head = Math.min(moved.map(previous.selection.head), size);
       tr.setSelection(TextSelection.between(tr.doc.resolve(anchor), tr.doc.resolve(head)));
       state = state.apply(tr);
     }
@@ -409,64 +409,32 @@ export class CollabClient {
 
   /// Rebases `unconfirmed` (the previous state's local steps, made on the confirmed document)
   /// onto `doc`, leaving out the first `landed`, which `doc` already holds; none when
-  /// `dropLocal`. Returns the steps that still apply, and the mapping from the previous
-  /// state's positions to the document after them.
+  /// `dropLocal`. Returns the steps that still apply, and a function that maps a position of
+  /// the previous state's document to the document after them.
   private moveOnto(
     unconfirmed: readonly Step[],
     landed: number,
     doc: Node,
     dropLocal: boolean,
-  ): { steps: Step[]; mapping: Mapping } {
+  ): { steps: Step[]; map: (pos: number) => number } {
     // Our confirmed document with the landed steps: what `doc` is compared with. (They were
     // made on it, so they apply; a state always comes with its confirmed document.)
     let base = this.confirmedDoc!;
     for (let i = 0; i < landed; i++) base = unconfirmed[i]!.apply(base).doc ?? base;
     const rest = unconfirmed.slice(landed);
-    const mapping = new Mapping();
-    for (let i = rest.length - 1; i >= 0; i--) mapping.appendMap(rest[i]!.getMap().invert());
     const over = differenceMap(base, doc);
-    if (over) mapping.appendMap(over);
-    if (dropLocal) return { steps: [], mapping };
     const rebaser = new StepRebaser(rest, over ? [over] : []);
     const steps: Step[] = [];
     let at = doc;
-    // The end of the last block made below for text that had no place, where the text typed
-    // after it goes too.
-    let placedEnd = -1;
-    for (const step of rest) {
-      let mapped = rebaser.map(step);
-      let applied = mapped && applies(mapped, at);
-      let wrapped = -1;
-      // Text typed into a block the comparison could not pair with any (others wrapped it in
-      // a list, say, which comparing two documents cannot tell from replacing it) is kept, in
-      // a block of its own after the blocks that replaced it, rather than dropped. Text typed
-      // into text that others replaced, which the comparison finds character by character,
-      // is dropped, as prosemirror-collab drops it; so are steps that remove or restyle what
-      // is gone.
-      if (!applied && isTyping(step)) {
-        const pos = rebaser.mapPosition(step.from);
-        if (pos === placedEnd) {
-          mapped = new ReplaceStep(pos - 1, pos - 1, step.slice);
-        } else {
-          mapped = pos <= at.content.size ? inOwnBlock(at, pos, step.slice.content) : null;
-          wrapped = pos;
-        }
-        applied = mapped && applies(mapped, at);
-      }
+    for (const step of dropLocal ? [] : rest) {
+      const mapped = rebaser.map(step);
+      const applied = mapped && applies(mapped, at);
       if (!applied) continue;
-      if (wrapped < 0) {
-        rebaser.applied(mapped!);
-      } else {
-        rebaser.appliedWrapped(mapped!, wrapped);
-        placedEnd = wrapped;
-      }
-      const map = mapped!.getMap();
-      if (placedEnd >= 0) placedEnd = map.map(placedEnd, wrapped < 0 ? -1 : 1);
+      rebaser.applied(mapped!);
       steps.push(mapped!);
-      mapping.appendMap(map);
       at = applied;
     }
-    return { steps, mapping };
+    return { steps, map: (pos) => rebaser.mapAfter(pos) };
   }
 
   private onSteps(message: StepsBroadcast): void {
@@ -926,29 +894,6 @@ function utf8Length(text: string): number {
 /// (which browsers only offer on secure origins).
 export function randomClientID(): string {
   return Date.now().toString(36) + '-' + Math.random().toString(36).slice(2, 10);
-}
-
-/// True for a step that only inserts inline content (typing, a paste within a paragraph).
-function isTyping(step: Step): step is ReplaceStep {
-  return (
-    step instanceof ReplaceStep &&
-    step.from === step.to &&
-    step.slice.openStart === 0 &&
-    step.slice.openEnd === 0 &&
-    step.slice.size > 0 &&
-    step.slice.content.firstChild!.isInline
-  );
-}
-
-/// A step inserting `content` (inline) at `pos` of `doc` wrapped in the block that position
-/// takes by default (a paragraph, between blocks), or null where it is not between blocks or
-/// no such block holds it.
-function inOwnBlock(doc: Node, pos: number, content: Fragment): Step | null {
-  const $pos = doc.resolve(pos);
-  if ($pos.parent.inlineContent) return null;
-  const type = $pos.parent.contentMatchAt($pos.index()).defaultType;
-  if (!type?.isTextblock || !type.validContent(content)) return null;
-  return new ReplaceStep(pos, pos, new Slice(Fragment.from(type.create(null, content)), 0, 0));
 }
 
 /// `step` applied to `doc`, or null when it does not fit: `apply` reports a step that breaks

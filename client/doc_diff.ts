@@ -5,9 +5,10 @@ import { StepMap } from 'prosemirror-transform';
 // When the server answers a catch-up with a whole document (the steps since our version are no
 // longer held), the client still has to move its unconfirmed steps and its selection from the
 // document it knew to the new one. Nothing says how one became the other, so the change is
-// reconstructed by comparing the two: blocks are matched by equality, a block edited in place is
-// compared inside, and a textblock's content is compared position by position (characters with
-// their marks, inline nodes), each level with jsdiff's Myers diff. What comes out is one map
+// reconstructed by comparing the two: blocks are matched by equality, a block edited in place
+// (or wrapped in another) is found and compared inside, and a textblock's content is compared
+// position by position (characters with their marks, inline nodes), each level with jsdiff's
+// Myers diff. What comes out is one map
 // whose ranges are the places that differ: a position between them keeps its place however
 // much others added or removed before it, and one inside them is taken as deleted.
 
@@ -96,31 +97,43 @@ function forEachRun<T>(
   }
 }
 
-/// Blocks removed and added at `pos`. Each removed block is paired, in order, with the next
-/// added one of the same markup, or failing that the next of the same kind (a textblock for a
-/// textblock: a heading made a paragraph), as the same block edited in place, and compared
-/// inside (a paragraph typed into, a list item changed, with new blocks around it); the others
-/// are taken as deleted or inserted. Returns the position after the removed blocks.
+/// A node among blocks that were added, where a removed block may have gone: one of them, or
+/// a node inside one (a paragraph that others wrapped in a list is found there).
+interface Candidate {
+  node: Node;
+  /// Its position relative to the start of the added blocks.
+  offset: number;
+  text: string | null;
+}
+
+/// At most this many candidates are scored for one removed block.
+const maxCandidates = 200;
+
+/// Blocks removed and added at `pos`. Each removed block is paired, in order, with an added
+/// node after the last one paired: a block, or a node inside one (a paragraph wrapped in a list
+/// or a quote), of the same markup, or failing that of the same kind (a heading made a
+/// paragraph), the one whose text begins and ends most like its own. Paired nodes are the same
+/// block edited in place and are compared inside; what lies between pairs was deleted or
+/// inserted. Returns the position after the removed blocks.
 function pairUp(removed: Node[], added: Node[], pos: number, ranges: number[]): number {
-  // The unpaired blocks since the last pair: one replacement from `from`.
+  const candidates = candidatesIn(added);
+  let total = 0;
+  for (const block of added) total += block.nodeSize;
+  // The unpaired stretch since the last pair: `oldSize` from `from` in the old document,
+  // replaced by what lies from `newFrom` up to the next pair in the new one.
   let from = pos;
   let oldSize = 0;
-  let newSize = 0;
+  let newFrom = 0;
   let next = 0;
   for (const block of removed) {
-    let match = -1;
-    if (!block.isLeaf) {
-      match = indexFrom(added, next, (other) => block.sameMarkup(other));
-      if (match < 0) match = indexFrom(added, next, (other) => pairable(block, other));
-    }
+    const match = block.isLeaf ? -1 : bestMatch(block, candidates, next);
     if (match < 0) {
       oldSize += block.nodeSize;
       pos += block.nodeSize;
       continue;
     }
-    for (let i = next; i < match; i++) newSize += added[i]!.nodeSize;
-    if (oldSize > 0 || newSize > 0) ranges.push(from, oldSize, newSize);
-    const other = added[match]!;
+    const { node: other, offset } = candidates[match]!;
+    if (oldSize > 0 || offset > newFrom) ranges.push(from, oldSize, offset - newFrom);
     // Another type or attributes: its start and end tokens are replaced, as a change of block
     // type maps them in ProseMirror; what is inside keeps its positions.
     const retyped = !block.sameMarkup(other);
@@ -128,26 +141,74 @@ function pairUp(removed: Node[], added: Node[], pos: number, ranges: number[]): 
     compareContent(block, other, pos + 1, ranges);
     if (retyped) ranges.push(pos + block.nodeSize - 1, 1, 1);
     pos += block.nodeSize;
-    next = match + 1;
     from = pos;
     oldSize = 0;
-    newSize = 0;
+    newFrom = offset + other.nodeSize;
+    // Past the paired node, and past what is inside it.
+    next = match + 1;
+    while (next < candidates.length && candidates[next]!.offset < newFrom) next++;
   }
-  for (let i = next; i < added.length; i++) newSize += added[i]!.nodeSize;
-  if (oldSize > 0 || newSize > 0) ranges.push(from, oldSize, newSize);
+  if (oldSize > 0 || total > newFrom) ranges.push(from, oldSize, total - newFrom);
   return pos;
 }
 
-/// The index of the first node of `list` from `from` that `test` accepts, or -1.
-function indexFrom(list: readonly Node[], from: number, test: (node: Node) => boolean): number {
-  for (let i = from; i < list.length; i++) if (test(list[i]!)) return i;
+/// The added blocks and every node with content inside them, in document order.
+function candidatesIn(added: Node[]): Candidate[] {
+  const candidates: Candidate[] = [];
+  let offset = 0;
+  for (const block of added) {
+    const start = offset;
+    candidates.push({ node: block, offset: start, text: null });
+    if (!block.isTextblock && !block.isLeaf) {
+      block.descendants((node, at) => {
+        if (node.isLeaf || node.isInline) return false;
+        candidates.push({ node, offset: start + 1 + at, text: null });
+        return !node.isTextblock;
+      });
+    }
+    offset += block.nodeSize;
+  }
+  return candidates;
+}
+
+/// The index of the candidate from `from` that `block` is best paired with, or -1.
+function bestMatch(block: Node, candidates: Candidate[], from: number): number {
+  const end = Math.min(candidates.length, from + maxCandidates);
+  const text = block.textContent;
+  for (const accept of [
+    (node: Node) => block.sameMarkup(node),
+    (node: Node) => !node.isLeaf && node.isTextblock === block.isTextblock,
+  ]) {
+    let best = -1;
+    let bestScore = -1;
+    for (let i = from; i < end; i++) {
+      const candidate = candidates[i]!;
+      if (!accept(candidate.node)) continue;
+      candidate.text ??= candidate.node.textContent;
+      const score = likeness(text, candidate.text);
+      if (score > bestScore) {
+        best = i;
+        bestScore = score;
+        if (score === text.length && candidate.text.length === text.length) break;
+      }
+    }
+    if (best >= 0) return best;
+  }
   return -1;
 }
 
-/// True when `b` may be `a` edited inside, perhaps with another type: nodes with content,
-/// both textblocks or neither.
-function pairable(a: Node, b: Node): boolean {
-  return !a.isLeaf && !b.isLeaf && a.isTextblock === b.isTextblock;
+/// How much of `a` `b` shares at its start and at its end.
+function likeness(a: string, b: string): number {
+  const most = Math.min(a.length, b.length);
+  let start = 0;
+  while (start < most && a.charCodeAt(start) === b.charCodeAt(start)) start++;
+  let end = 0;
+  while (
+    end < most - start &&
+    a.charCodeAt(a.length - 1 - end) === b.charCodeAt(b.length - 1 - end)
+  )
+    end++;
+  return start + end;
 }
 
 /// The stretch from the first to the last position where the contents of `a` and `b` differ,

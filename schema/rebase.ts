@@ -1,5 +1,5 @@
 import type { Node } from 'prosemirror-model';
-import { Mapping, StepMap, type Step } from 'prosemirror-transform';
+import { Mapping, type Step, type StepMap } from 'prosemirror-transform';
 
 /// The result of `rebaseSteps`: the steps that still applied, mapped, and the document after
 /// them.
@@ -63,22 +63,11 @@ export class StepRebaser {
     return mapped;
   }
 
-  /// Maps a position of the document the last step given to `map` was made on, as that step's
-  /// own positions were mapped: for a caller that places a step `map` dropped some other way.
-  mapPosition(pos: number, assoc = 1): number {
-    return this.mapping.slice(this.mapFrom + 1).map(pos, assoc);
-  }
-
-  /// Records that `placed` was applied instead of the last step given to `map` (an insertion
-  /// that `map` dropped): it inserts that step's content at `pos`, wrapped in one node. Later
-  /// steps of the batch find their positions inside that content as they would after the step
-  /// itself (the mirror link goes to the content, not to the wrapper).
-  appliedWrapped(placed: Step, pos: number): void {
-    const size = placed.getMap().map(pos, 1) - pos;
-    // The wrapper first, empty, then the content inside it: a position at the content's end
-    // then stays inside the wrapper, as it would at the end of the step's own insertion.
-    this.mapping.appendMap(new StepMap([pos, 0, 2]));
-    this.mapping.appendMap(new StepMap([pos + 1, 0, size - 2]), this.mapFrom);
+  /// Maps a position of the document after the whole batch to where it is now: through the
+  /// batch undone, the steps it is rebased over, and the steps recorded with `applied`, with
+  /// the same mirror links (a selection inside what the batch inserted keeps its place there).
+  mapAfter(pos: number, assoc = 1): number {
+    return this.mapping.map(pos, assoc);
   }
 
   /// Records that `mapped` (the last result of `map`) was applied.

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { describe, it } from 'node:test';
 import { Server } from 'socket.io';
 import type { Node } from 'prosemirror-model';
-import { EditorState } from 'prosemirror-state';
+import { EditorState, TextSelection } from 'prosemirror-state';
 import {
   emptyDoc,
   schema,
@@ -75,6 +75,16 @@ describe('client: a batch the server rebased differently', () => {
     }
   });
 });
+
+/// The document's textblocks' text, separated by `|`.
+function paragraphsOf(doc: Node): string {
+  const texts: string[] = [];
+  doc.descendants((node) => {
+    if (node.isTextblock) texts.push(node.textContent);
+    return !node.isTextblock;
+  });
+  return texts.join('|');
+}
 
 /// A scripted peer that makes its editor reload: it joins the client on `before` (epoch `e`,
 /// version 0), answers its first batch `history-gone`, the pull that follows with `after`
@@ -152,13 +162,13 @@ describe('client: a reload under local steps', () => {
     }
   });
 
-  it('keeps text typed into a block that others wrapped, after the blocks that replaced it', async () => {
-    // Others made the empty paragraph a list, with text in it: comparing the two documents
-    // finds the paragraph replaced, not wrapped, so the offline text has no place inside it.
-    // It is kept after the list rather than dropped.
+  it('follows a paragraph that others wrapped in a list with the text typed into it', async () => {
+    // Others made the empty paragraph a list item and typed in it: comparing the two
+    // documents finds the paragraph inside the list, so the offline text goes there, after
+    // theirs, as prosemirror-collab would place two insertions at one point.
     const wrapped = schema.node('doc', null, [
       schema.node('ordered_list', null, [
-        schema.node('list_item', null, [schema.node('paragraph', null, [schema.text('theirs')])]),
+        schema.node('list_item', null, [schema.node('paragraph', null, [schema.text('theirs ')])]),
       ]),
     ]);
     const { url, kept, close } = await reloadingPeer(emptyDoc(), wrapped, 3);
@@ -166,19 +176,88 @@ describe('client: a reload under local steps', () => {
     const editor = openEditor(url, 'wrapped', { onReload: (info) => reloads.push(info) });
     try {
       await editor.ready();
-      // Typed, then more at its end and in its middle: all of it follows into the new block.
+      // Typed, then more at its end and in its middle: all of it follows into the list.
       editor.dispatch(editor.state!.tr.insertText('mine', 1));
       editor.dispatch(editor.state!.tr.insertText('!', 5));
       editor.dispatch(editor.state!.tr.insertText('?', 3));
       await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
       assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
       const expected = schema.node('doc', null, [
-        ...wrapped.content.content,
-        schema.node('paragraph', null, [schema.text('mi?ne!')]),
+        schema.node('ordered_list', null, [
+          schema.node('list_item', null, [
+            schema.node('paragraph', null, [schema.text('theirs mi?ne!')]),
+          ]),
+        ]),
       ]);
       assert.ok(editor.state!.doc.eq(expected), editor.state!.doc.toString());
       assert.equal(kept.length, 1);
       assert.equal(editor.version, 3 + kept[0]!.steps.length);
+    } finally {
+      editor.close();
+      close();
+    }
+  });
+  it('follows paragraphs wrapped in a list with typing, Enter and deletions made in them offline', async () => {
+    const p = (text: string) => schema.node('paragraph', null, text ? [schema.text(text)] : []);
+    const item = (...paragraphs: Node[]) => schema.node('list_item', null, paragraphs);
+    const before = schema.node('doc', null, [p('a'), p('one'), p('two'), p('gone'), p('b')]);
+    const after = schema.node('doc', null, [
+      p('a'),
+      schema.node('bullet_list', null, [item(p('one')), item(p('two')), item(p('gone'))]),
+      p('b'),
+    ]);
+    const { url, close } = await reloadingPeer(before, after, 5);
+    const reloads: { dropped: number; reason: string }[] = [];
+    const editor = openEditor(url, 'wrapped-list', { onReload: (info) => reloads.push(info) });
+    try {
+      await editor.ready();
+      const type = (text: string, at: number) =>
+        editor.dispatch(editor.state!.tr.insertText(text, at));
+      // The end of the first textblock whose text starts with `prefix`.
+      const endOf = (prefix: string) => {
+        let end = -1;
+        editor.state!.doc.descendants((node, pos) => {
+          if (end < 0 && node.isTextblock && node.textContent.startsWith(prefix))
+            end = pos + node.nodeSize - 1;
+          return !node.isTextblock;
+        });
+        return end;
+      };
+      // "one": typed at its end, then Enter, then more; "two": typed at its end; "gone":
+      // typed into, then all of it deleted, then typed again.
+      type('AAA', endOf('one'));
+      editor.dispatch(editor.state!.tr.split(endOf('oneAAA')));
+      type('world', endOf('oneAAA') + 2);
+      type('BBB', endOf('two'));
+      type('xy', endOf('gone'));
+      const gone = endOf('gonexy');
+      editor.dispatch(editor.state!.tr.delete(gone - 6, gone));
+      type('Q', gone - 6);
+      assert.equal(
+        paragraphsOf(editor.state!.doc),
+        'a|oneAAA|world|twoBBB|Q|b',
+        'the edits as made offline',
+      );
+      // The cursor inside text of our own that is still unconfirmed: "wor|ld".
+      const cursor = endOf('world') - 2;
+      editor.dispatch(
+        editor.state!.tr.setSelection(TextSelection.create(editor.state!.doc, cursor)),
+      );
+      await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
+      assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
+      const expected = schema.node('doc', null, [
+        p('a'),
+        schema.node('bullet_list', null, [
+          item(p('oneAAA'), p('world')),
+          item(p('twoBBB')),
+          item(p('Q')),
+        ]),
+        p('b'),
+      ]);
+      assert.ok(editor.state!.doc.eq(expected), editor.state!.doc.toString());
+      const { $head, empty } = editor.state!.selection;
+      assert.ok(empty);
+      assert.equal(`${$head.parent.textContent}@${$head.parentOffset}`, 'world@3');
     } finally {
       editor.close();
       close();

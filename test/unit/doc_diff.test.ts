@@ -150,6 +150,30 @@ describe('differenceMap', () => {
     assert.equal(ranges(many).length, 2);
   });
 
+  it('finds a paragraph inside the list others wrapped it in, and pairs by likeness of text', () => {
+    const item = (text: string) =>
+      schema.node('list_item', null, [schema.node('paragraph', null, [schema.text(text)])]);
+    const a = doc('a', 'one', 'two', 'b');
+    const b = schema.node('doc', null, [
+      schema.node('paragraph', null, [schema.text('a')]),
+      schema.node('bullet_list', null, [item('new'), item('one'), item('two!')]),
+      schema.node('paragraph', null, [schema.text('b')]),
+    ]);
+    const map = differenceMap(a, b);
+    assertExplains(map, a, b);
+    // The list's tokens and the first item come in before "one", which is found in the
+    // second item (the first's text is less like it); "two" in the third, "!" typed at its
+    // end; the list's end after it.
+    assert.deepEqual(ranges(map), [
+      [3, 3, 3, 12],
+      [8, 8, 17, 19],
+      [12, 12, 23, 24],
+      [13, 13, 25, 27],
+    ]);
+    assert.equal(map!.map(5), 14, 'inside "one"');
+    assert.equal(map!.map(10), 21, 'inside "two"');
+  });
+
   it('explains any two documents that random edits lead to from one another', () => {
     fc.assert(
       fc.property(
