@@ -1,5 +1,5 @@
 import { diffArrays, type ChangeObject } from 'diff';
-import { Mark, type Node } from 'prosemirror-model';
+import type { Node } from 'prosemirror-model';
 import { StepMap } from 'prosemirror-transform';
 
 // When the server answers a catch-up with a whole document (the steps since our version are no
@@ -7,7 +7,7 @@ import { StepMap } from 'prosemirror-transform';
 // document it knew to the new one. Nothing says how one became the other, so the change is
 // reconstructed by comparing the two: blocks are matched by equality, a block edited in place
 // (or wrapped in another) is found and compared inside, and a textblock's content is compared
-// position by position (characters with their marks, inline nodes), each level with jsdiff's
+// position by position (characters, inline nodes; marks left out), each level with jsdiff's
 // Myers diff. What comes out is one map
 // whose ranges are the places that differ: a position between them keeps its place however
 // much others added or removed before it, and one inside them is taken as deleted.
@@ -26,8 +26,7 @@ export function differenceMap(a: Node, b: Node): StepMap | null {
   return ranges.length === 0 ? null : new StepMap(ranges);
 }
 
-/// One item of a textblock's content: a character of a text node (`char`, with that node for
-/// its marks), or an inline node.
+/// One item of a textblock's content: a character of a text node (`char`), or an inline node.
 interface InlineItem {
   char: string | null;
   node: Node;
@@ -97,108 +96,168 @@ function forEachRun<T>(
   }
 }
 
-/// A node among blocks that were added, where a removed block may have gone: one of them, or
-/// a node inside one (a paragraph that others wrapped in a list is found there).
+/// A block of a run of removed or added blocks, or a node inside one: where a block may have
+/// gone (a paragraph that others wrapped in a list is found inside it) or come from (one
+/// lifted out of a list).
 interface Candidate {
   node: Node;
-  /// Its position relative to the start of the added blocks.
+  /// Where it starts and ends, relative to the start of the run.
   offset: number;
+  end: number;
+  /// Its text, read when first compared.
   text: string | null;
 }
 
-/// At most this many candidates are scored for one removed block.
-const maxCandidates = 200;
+/// Past this many candidate pairs in one run, nodes inside the blocks are not looked at; past
+/// it again with the blocks alone, the run is taken as one replacement.
+const maxPairs = 250_000;
 
-/// Blocks removed and added at `pos`. Each removed block is paired, in order, with an added
-/// node after the last one paired: a block, or a node inside one (a paragraph wrapped in a list
-/// or a quote), of the same markup, or failing that of the same kind (a heading made a
-/// paragraph), the one whose text begins and ends most like its own. Paired nodes are the same
-/// block edited in place and are compared inside; what lies between pairs was deleted or
-/// inserted. Returns the position after the removed blocks.
+/// Blocks removed and added at `pos` (a run of jsdiff's block diff). They are aligned in
+/// order, pairing blocks of the same kind (a textblock with a textblock) whose text is most
+/// alike (`similarity`), first among the blocks themselves, then, within the stretches left
+/// unpaired, with nodes inside them, so that a paragraph others wrapped in a list or lifted
+/// out of one is followed. Paired nodes are the same block edited and are compared inside;
+/// what lies between pairs was deleted or inserted. Returns the position after the removed
+/// blocks.
 function pairUp(removed: Node[], added: Node[], pos: number, ranges: number[]): number {
-  const candidates = candidatesIn(added);
-  let total = 0;
-  for (const block of added) total += block.nodeSize;
-  // The unpaired stretch since the last pair: `oldSize` from `from` in the old document,
-  // replaced by what lies from `newFrom` up to the next pair in the new one.
-  let from = pos;
-  let oldSize = 0;
-  let newFrom = 0;
-  let next = 0;
-  for (const block of removed) {
-    const match = block.isLeaf ? -1 : bestMatch(block, candidates, next);
-    if (match < 0) {
-      oldSize += block.nodeSize;
-      pos += block.nodeSize;
-      continue;
-    }
-    const { node: other, offset } = candidates[match]!;
-    if (oldSize > 0 || offset > newFrom) ranges.push(from, oldSize, offset - newFrom);
+  const olds = topLevel(removed);
+  const news = topLevel(added);
+  const oldTotal = olds.length > 0 ? olds[olds.length - 1]!.end : 0;
+  const newTotal = news.length > 0 ? news[news.length - 1]!.end : 0;
+  const pairs: [Candidate, Candidate][] = [];
+  let lastOld = 0;
+  let lastNew = 0;
+  // Nested candidates in the stretch before each pair of blocks, and after the last.
+  const within = (oldEnd: number, newEnd: number) => {
+    const inner = align(nestedIn(olds, lastOld, oldEnd), nestedIn(news, lastNew, newEnd));
+    for (const pair of inner) pairs.push(pair);
+  };
+  for (const [old, added] of align(olds, news)) {
+    within(old.offset, added.offset);
+    pairs.push([old, added]);
+    lastOld = old.end;
+    lastNew = added.end;
+  }
+  within(oldTotal, newTotal);
+
+  let fromOld = 0;
+  let fromNew = 0;
+  for (const [old, added] of pairs) {
+    if (old.offset > fromOld || added.offset > fromNew)
+      ranges.push(pos + fromOld, old.offset - fromOld, added.offset - fromNew);
     // Another type or attributes: its start and end tokens are replaced, as a change of block
     // type maps them in ProseMirror; what is inside keeps its positions.
-    const retyped = !block.sameMarkup(other);
-    if (retyped) ranges.push(pos, 1, 1);
-    compareContent(block, other, pos + 1, ranges);
-    if (retyped) ranges.push(pos + block.nodeSize - 1, 1, 1);
-    pos += block.nodeSize;
-    from = pos;
-    oldSize = 0;
-    newFrom = offset + other.nodeSize;
-    // Past the paired node, and past what is inside it.
-    next = match + 1;
-    while (next < candidates.length && candidates[next]!.offset < newFrom) next++;
+    const retyped = !old.node.sameMarkup(added.node);
+    if (retyped) ranges.push(pos + old.offset, 1, 1);
+    compareContent(old.node, added.node, pos + old.offset + 1, ranges);
+    if (retyped) ranges.push(pos + old.end - 1, 1, 1);
+    fromOld = old.end;
+    fromNew = added.end;
   }
-  if (oldSize > 0 || total > newFrom) ranges.push(from, oldSize, total - newFrom);
-  return pos;
+  if (oldTotal > fromOld || newTotal > fromNew)
+    ranges.push(pos + fromOld, oldTotal - fromOld, newTotal - fromNew);
+  return pos + oldTotal;
 }
 
-/// The added blocks and every node with content inside them, in document order.
-function candidatesIn(added: Node[]): Candidate[] {
+function topLevel(blocks: Node[]): Candidate[] {
   const candidates: Candidate[] = [];
   let offset = 0;
-  for (const block of added) {
-    const start = offset;
-    candidates.push({ node: block, offset: start, text: null });
-    if (!block.isTextblock && !block.isLeaf) {
-      block.descendants((node, at) => {
-        if (node.isLeaf || node.isInline) return false;
-        candidates.push({ node, offset: start + 1 + at, text: null });
-        return !node.isTextblock;
-      });
-    }
-    offset += block.nodeSize;
+  for (const node of blocks) {
+    candidates.push({ node, offset, end: offset + node.nodeSize, text: null });
+    offset += node.nodeSize;
   }
   return candidates;
 }
 
-/// The index of the candidate from `from` that `block` is best paired with, or -1.
-function bestMatch(block: Node, candidates: Candidate[], from: number): number {
-  const end = Math.min(candidates.length, from + maxCandidates);
-  const text = block.textContent;
-  for (const accept of [
-    (node: Node) => block.sameMarkup(node),
-    (node: Node) => !node.isLeaf && node.isTextblock === block.isTextblock,
-  ]) {
-    let best = -1;
-    let bestScore = -1;
-    for (let i = from; i < end; i++) {
-      const candidate = candidates[i]!;
-      if (!accept(candidate.node)) continue;
-      candidate.text ??= candidate.node.textContent;
-      const score = likeness(text, candidate.text);
-      if (score > bestScore) {
-        best = i;
-        bestScore = score;
-        if (score === text.length && candidate.text.length === text.length) break;
-      }
-    }
-    if (best >= 0) return best;
+/// The blocks of `blocks` between `from` and `to` (offsets of the run) and every node with
+/// content inside them, in document order.
+function nestedIn(blocks: Candidate[], from: number, to: number): Candidate[] {
+  const candidates: Candidate[] = [];
+  for (const block of blocks) {
+    if (block.offset < from || block.end > to) continue;
+    candidates.push(block);
+    if (block.node.isTextblock || block.node.isLeaf) continue;
+    block.node.descendants((node, at) => {
+      if (node.isLeaf || node.isInline) return false;
+      const offset = block.offset + 1 + at;
+      candidates.push({ node, offset, end: offset + node.nodeSize, text: null });
+      return !node.isTextblock;
+    });
   }
-  return -1;
+  return candidates;
 }
 
-/// How much of `a` `b` shares at its start and at its end.
+/// The pairs of `olds` and `news` (each in document order, nodes inside others after them)
+/// that keep their order, do not nest, and are as alike as possible in total: a longest common
+/// subsequence weighted by `similarity`, by dynamic programming.
+function align(olds: Candidate[], news: Candidate[]): [Candidate, Candidate][] {
+  const n = olds.length;
+  const m = news.length;
+  if (n === 0 || m === 0 || (n + 1) * (m + 1) > maxPairs) return [];
+  // The first candidate after each one and everything inside it.
+  const skipOld = after(olds);
+  const skipNew = after(news);
+  const width = m + 1;
+  // best[i * width + j]: the best total for olds from i and news from j.
+  const best = new Float64Array((n + 1) * width);
+  const score = new Float64Array(n * m);
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      let value = Math.max(best[(i + 1) * width + j]!, best[i * width + j + 1]!);
+      const like = similarity(olds[i]!, news[j]!);
+      score[i * m + j] = like;
+      if (like > 0) value = Math.max(value, like + best[skipOld[i]! * width + skipNew[j]!]!);
+      best[i * width + j] = value;
+    }
+  }
+  const pairs: [Candidate, Candidate][] = [];
+  let i = 0;
+  let j = 0;
+  while (i < n && j < m) {
+    const value = best[i * width + j]!;
+    const like = score[i * m + j]!;
+    if (like > 0 && value === like + best[skipOld[i]! * width + skipNew[j]!]!) {
+      pairs.push([olds[i]!, news[j]!]);
+      i = skipOld[i]!;
+      j = skipNew[j]!;
+    } else if (value === best[(i + 1) * width + j]!) {
+      i++;
+    } else {
+      j++;
+    }
+  }
+  return pairs;
+}
+
+function after(candidates: Candidate[]): Uint32Array {
+  const next = new Uint32Array(candidates.length);
+  for (let i = 0; i < candidates.length; i++) {
+    let k = i + 1;
+    while (k < candidates.length && candidates[k]!.offset < candidates[i]!.end) k++;
+    next[i] = k;
+  }
+  return next;
+}
+
+/// How alike two nodes are, from 0 (not to be paired) to 1.1: nodes of the same kind (both
+/// textblocks or neither), by `likeness` of their text, a little more for the same markup.
+/// Any two of the same kind may pair (a paragraph rewritten where it stood is still that
+/// paragraph); where there is a choice, the alignment takes the most alike.
+function similarity(a: Candidate, b: Candidate): number {
+  const x = a.node;
+  const y = b.node;
+  if (x.isLeaf || y.isLeaf || x.isTextblock !== y.isTextblock) return 0;
+  a.text ??= x.textContent;
+  b.text ??= y.textContent;
+  return Math.max(likeness(a.text, b.text), 0.01) + (x.sameMarkup(y) ? 0.1 : 0);
+}
+
+/// The share of the longer text that the two share at their start and at their end; 1 for
+/// two empty texts, 0.5 when one is empty (an empty block is weakly like any other).
 function likeness(a: string, b: string): number {
+  const longest = Math.max(a.length, b.length);
+  if (longest === 0) return 1;
+  if (a.length === 0 || b.length === 0) return 0.5;
   const most = Math.min(a.length, b.length);
   let start = 0;
   while (start < most && a.charCodeAt(start) === b.charCodeAt(start)) start++;
@@ -208,7 +267,7 @@ function likeness(a: string, b: string): number {
     a.charCodeAt(a.length - 1 - end) === b.charCodeAt(b.length - 1 - end)
   )
     end++;
-  return start + end;
+  return (start + end) / longest;
 }
 
 /// The stretch from the first to the last position where the contents of `a` and `b` differ,
@@ -245,9 +304,13 @@ function inlineItems(node: Node): InlineItem[] {
   return items;
 }
 
+/// Marks are left out: adding or removing one moves no position (its step's map is empty), so
+/// text typed inside a word others made bold keeps its place, as a rebase over their step would
+/// keep it.
 function sameItem(x: InlineItem, y: InlineItem): boolean {
   if (x.char !== y.char) return false;
-  return x.char === null ? x.node.eq(y.node) : Mark.sameSet(x.node.marks, y.node.marks);
+  if (x.char !== null) return true;
+  return x.node.type === y.node.type && x.node.sameMarkup(y.node.mark(x.node.marks));
 }
 
 function itemSize(item: InlineItem): number {
