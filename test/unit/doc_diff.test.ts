@@ -186,6 +186,40 @@ describe('differenceMap', () => {
     assert.equal(map!.map(10), 21, 'inside "two"');
   });
 
+  it('pairs each paragraph with its own edited copy, lets a deleted one go, and follows a lift', () => {
+    // The first paragraph's text begins the second's: each still pairs with its own copy.
+    const a = doc('The cat sat.', 'The cat sat on the mat.');
+    const b = doc('The dog sat.', 'The cat sat on a mat.');
+    const edited = differenceMap(a, b);
+    assertExplains(edited, a, b);
+    assert.equal(edited!.map(38), 36, 'the end of the second paragraph');
+    // "hello" deleted, "world" edited: "world" does not take the deleted one's place.
+    const c = doc('hello', 'world');
+    const d = doc('world!');
+    const deleted = differenceMap(c, d);
+    assertExplains(deleted, c, d);
+    assert.equal(deleted!.map(11), 4, 'inside "world"');
+    assert.ok(deleted!.mapResult(3).deleted, 'inside "hello"');
+    // A paragraph lifted out of a list is followed out of it.
+    const item = schema.node('list_item', null, [
+      schema.node('paragraph', null, schema.text('one')),
+    ]);
+    const e = schema.node('doc', null, [
+      schema.node('bullet_list', null, [item]),
+      schema.node('paragraph', null, schema.text('two')),
+    ]);
+    const f = doc('one', 'two');
+    const lifted = differenceMap(e, f);
+    assertExplains(lifted, e, f);
+    assert.equal(lifted!.map(5), 3, 'inside "one"');
+    // Marks move no position: text made bold is no difference at all.
+    const bold = schema.marks.strong!.create();
+    const g = schema.node('doc', null, [
+      schema.node('paragraph', null, [schema.text('plain '), schema.text('text', [bold])]),
+    ]);
+    assert.equal(differenceMap(doc('plain text'), g), null);
+  });
+
   it('explains any two documents that random edits lead to from one another', () => {
     fc.assert(
       fc.property(
