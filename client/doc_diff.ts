@@ -5,12 +5,13 @@ import { StepMap } from 'prosemirror-transform';
 // When the server answers a catch-up with a whole document (the steps since our version are no
 // longer held), the client still has to move its unconfirmed steps and its selection from the
 // document it knew to the new one. Nothing says how one became the other, so the change is
-// reconstructed by comparing the two: blocks are matched by equality, a block edited in place
-// (or wrapped in another) is found and compared inside, and a textblock's content is compared
-// position by position (characters, inline nodes; marks left out), each level with jsdiff's
-// Myers diff. What comes out is one map
-// whose ranges are the places that differ: a position between them keeps its place however
-// much others added or removed before it, and one inside them is taken as deleted.
+// reconstructed by comparing the two, level by level, with jsdiff's Myers diff: blocks equal on
+// both sides are matched first; among those that differ, the blocks most alike by their text
+// are paired (also with nodes inside others, for a paragraph wrapped in a list or lifted out of
+// one) and compared inside; a textblock's content is compared position by position
+// (characters and inline nodes; marks, which move no position, left out). What comes out is
+// one map whose ranges are the places that differ: a position between them keeps its place
+// however much others added or removed elsewhere, and one inside them is taken as deleted.
 
 /// Past this many inserted and deleted items at one level, or this many milliseconds, the
 /// comparison gives up on detail for that level and takes the whole stretch from the first to
