@@ -5,26 +5,253 @@ import { StepMap } from 'prosemirror-transform';
 // When the server answers a catch-up with a whole document (the steps since our version are no
 // longer held), the client still has to move its unconfirmed steps and its selection from the
 // document it knew to the new one. Nothing says how one became the other, so the change is
-// reconstructed by comparing the two, level by level, with jsdiff's Myers diff: blocks equal on
-// both sides are matched first; among those that differ, the blocks most alike by their text
-// are paired (also with nodes inside others, for a paragraph wrapped in a list or lifted out of
-// one) and compared inside; a textblock's content is compared position by position
-// (characters and inline nodes; marks, which move no position, left out). What comes out is
-// one map whose ranges are the places that differ: a position between them keeps its place
-// however much others added or removed elsewhere, and one inside them is taken as deleted.
+// reconstructed by comparing the two, with jsdiff's Myers diff:
+// - each document is read as a stream of pieces in document order: the start and the end token
+//   of every container (a list, a list item, a quote) and every textblock or leaf block whole,
+//   so that a paragraph others wrapped in a list, lifted out of one, indented or joined into the
+//   item before it is the same piece in both, only with other tokens around it;
+// - the streams are compared; in each stretch that differs, textblocks are paired by how alike
+//   their text is (a paragraph edited, or made a heading) and compared character by character
+//   (marks left out: they move no position); the rest of the stretch was deleted or inserted.
+// What comes out is one map whose ranges are the places that differ: a position between them
+// keeps its place however much others changed elsewhere, and one inside them is taken as
+// deleted.
 
-/// Past this many inserted and deleted items at one level, or this many milliseconds, the
-/// comparison gives up on detail for that level and takes the whole stretch from the first to
-/// the last difference as one change: Myers's diff costs O(N·D), and a reload must stay quick
-/// in a browser tab.
-const limits = { maxEditLength: 1000, timeout: 50 };
+/// The time one comparison may take, and past which detail is given up: a stretch is then
+/// taken as one replacement. Myers's diff costs O(N·D), and a reload must stay quick in a
+/// browser tab.
+const budgetMs = 250;
+/// The most inserted and deleted characters one textblock's comparison looks at in detail.
+const maxCharEdits = 1000;
+/// The most pairs of textblocks one stretch aligns by their likeness; past it, they are paired
+/// in order.
+const maxPairs = 40_000;
+/// How many characters at each end `likeness` compares.
+const likenessSpan = 256;
 
 /// The change from `a` to `b` as the map of the replacements that turn one into the other, or
-/// null when the two are equal. Positions are those of `a`'s and `b`'s content (a document's).
+/// null when no position moves (the two are equal, or differ only in marks). Positions are
+/// those of the documents' content.
 export function differenceMap(a: Node, b: Node): StepMap | null {
+  if (a.content.eq(b.content)) return null;
+  const deadline = performance.now() + budgetMs;
   const ranges: number[] = [];
-  compareContent(a, b, 0, ranges);
+  const piecesA = pieces(a);
+  const piecesB = pieces(b);
+  // Blocks first: matched blocks anchor the comparison, and the container tokens around them
+  // are compared only in the stretches between anchors. Compared together, tokens and blocks
+  // count alike, and a list lifted by one item could match the list's tokens instead of the
+  // item's paragraph.
+  const blocksA = blockIndices(piecesA);
+  const blocksB = blockIndices(piecesB);
+  const changes = diffArrays(
+    blocksA.map((i) => piecesA[i]!.key),
+    blocksB.map((i) => piecesB[i]!.key),
+    { maxEditLength: blocksA.length + blocksB.length, timeout: budgetMs },
+  );
+  if (!changes) {
+    wholeStretch(a, b, 0, ranges);
+    return ranges.length === 0 ? null : new StepMap(ranges);
+  }
+  // The pieces after the last anchor, up to the next.
+  let afterA = 0;
+  let afterB = 0;
+  const gap = (toA: number, toB: number) => {
+    const stretchA = piecesA.slice(afterA, toA);
+    const stretchB = piecesB.slice(afterB, toB);
+    if (!sameKeys(stretchA, stretchB)) {
+      const posA = afterA < piecesA.length ? piecesA[afterA]!.pos : a.content.size;
+      const posB = afterB < piecesB.length ? piecesB[afterB]!.pos : b.content.size;
+      compareStretch(stretchA, posA, stretchB, posB, deadline, ranges);
+    }
+  };
+  forEachRun(changes, (common, fromA, countA, fromB) => {
+    if (!common) return;
+    for (let k = 0; k < countA; k++) {
+      const anchorA = blocksA[fromA + k]!;
+      const anchorB = blocksB[fromB + k]!;
+      gap(anchorA, anchorB);
+      afterA = anchorA + 1;
+      afterB = anchorB + 1;
+    }
+  });
+  gap(piecesA.length, piecesB.length);
   return ranges.length === 0 ? null : new StepMap(ranges);
+}
+
+/// The indices of the pieces that are blocks (not container tokens).
+function blockIndices(list: Piece[]): number[] {
+  const indices: number[] = [];
+  for (let i = 0; i < list.length; i++) if (list[i]!.block) indices.push(i);
+  return indices;
+}
+
+function sameKeys(a: Piece[], b: Piece[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i]!.key !== b[i]!.key) return false;
+  return true;
+}
+
+/// A piece of a document read as a stream: a container's start or end token, or a textblock
+/// or leaf block whole.
+interface Piece {
+  node: Node;
+  /// A block, not a container's token.
+  block: boolean;
+  /// Its position, and how many positions it takes (1 for a token).
+  pos: number;
+  size: number;
+  /// Equal for pieces that are the same: the whole block's JSON, or a token's markup.
+  key: string;
+  /// A textblock's text, read when first compared.
+  text: string | null;
+}
+
+function pieces(doc: Node): Piece[] {
+  const list: Piece[] = [];
+  const walk = (parent: Node, start: number) => {
+    parent.forEach((node, offset) => {
+      const pos = start + offset;
+      if (node.isTextblock || node.isLeaf) {
+        list.push({
+          node,
+          block: true,
+          pos,
+          size: node.nodeSize,
+          key: JSON.stringify(node.toJSON()),
+          text: null,
+        });
+        return;
+      }
+      const markup = { type: node.type.name, attrs: node.attrs, marks: node.marks };
+      list.push({
+        node,
+        block: false,
+        pos,
+        size: 1,
+        key: `<${JSON.stringify(markup)}`,
+        text: null,
+      });
+      walk(node, pos + 1);
+      const end = pos + node.nodeSize - 1;
+      list.push({ node, block: false, pos: end, size: 1, key: `>${node.type.name}`, text: null });
+    });
+  };
+  walk(doc, 0);
+  return list;
+}
+
+/// Appends the ranges for a stretch where the streams differ: pieces `stretchA` from `posA`
+/// in the old document stand where `stretchB` from `posB` stand in the new one. Textblocks on
+/// both sides are aligned in order by `similarity` (`align`); each pair is compared inside,
+/// and what lies between pairs is one replacement.
+function compareStretch(
+  stretchA: Piece[],
+  posA: number,
+  stretchB: Piece[],
+  posB: number,
+  deadline: number,
+  ranges: number[],
+): void {
+  const blocksA = stretchA.filter(isTextblock);
+  const blocksB = stretchB.filter(isTextblock);
+  const pairs = performance.now() < deadline ? align(blocksA, blocksB) : inOrder(blocksA, blocksB);
+  let fromA = posA;
+  let fromB = posB;
+  for (const [old, added] of pairs) {
+    if (old.pos > fromA || added.pos > fromB)
+      ranges.push(fromA, old.pos - fromA, added.pos - fromB);
+    // Another type or attributes: its start and end tokens are replaced, as a change of block
+    // type maps them in ProseMirror; what is inside keeps its positions.
+    const retyped = !old.node.sameMarkup(added.node);
+    if (retyped) ranges.push(old.pos, 1, 1);
+    compareText(old.node, added.node, old.pos + 1, deadline, ranges);
+    if (retyped) ranges.push(old.pos + old.size - 1, 1, 1);
+    fromA = old.pos + old.size;
+    fromB = added.pos + added.size;
+  }
+  const endA = posA + sizeOf(stretchA, 0, stretchA.length, pieceSize);
+  const endB = posB + sizeOf(stretchB, 0, stretchB.length, pieceSize);
+  if (endA > fromA || endB > fromB) ranges.push(fromA, endA - fromA, endB - fromB);
+}
+
+function isTextblock(piece: Piece): boolean {
+  return piece.block && piece.node.isTextblock;
+}
+
+/// The pairs of `olds` and `news` (textblocks, each in document order) that keep their order
+/// and are as alike as possible in total: a longest common subsequence weighted by
+/// `similarity`, by dynamic programming. Paired in order when there are too many.
+function align(olds: Piece[], news: Piece[]): [Piece, Piece][] {
+  const n = olds.length;
+  const m = news.length;
+  if (n === 0 || m === 0) return [];
+  if (n * m > maxPairs) return inOrder(olds, news);
+  const width = m + 1;
+  // best[i * width + j]: the best total for olds from i and news from j.
+  const best = new Float64Array((n + 1) * width);
+  const score = new Float64Array(n * m);
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      const like = similarity(olds[i]!, news[j]!);
+      score[i * m + j] = like;
+      best[i * width + j] = Math.max(
+        best[(i + 1) * width + j]!,
+        best[i * width + j + 1]!,
+        like + best[(i + 1) * width + j + 1]!,
+      );
+    }
+  }
+  const pairs: [Piece, Piece][] = [];
+  let i = 0;
+  let j = 0;
+  while (i < n && j < m) {
+    const value = best[i * width + j]!;
+    // The same sums as above, on the same values: equality is exact.
+    if (value === score[i * m + j]! + best[(i + 1) * width + j + 1]!) {
+      pairs.push([olds[i]!, news[j]!]);
+      i++;
+      j++;
+    } else if (value === best[(i + 1) * width + j]!) {
+      i++;
+    } else {
+      j++;
+    }
+  }
+  return pairs;
+}
+
+/// The first textblocks of `olds` and `news` paired one to one, in order: for a stretch too
+/// long to align (a replace-all over hundreds of paragraphs keeps their count and order).
+function inOrder(olds: Piece[], news: Piece[]): [Piece, Piece][] {
+  const pairs: [Piece, Piece][] = [];
+  for (let i = 0; i < Math.min(olds.length, news.length); i++) pairs.push([olds[i]!, news[i]!]);
+  return pairs;
+}
+
+/// How alike two textblocks are, from 0.01 to 1.1: `likeness` of their text, a little more for
+/// the same markup. Any two may pair (a paragraph rewritten where it stood is still that
+/// paragraph); where there is a choice, the alignment takes the most alike.
+function similarity(a: Piece, b: Piece): number {
+  a.text ??= a.node.textContent;
+  b.text ??= b.node.textContent;
+  return Math.max(likeness(a.text, b.text), 0.01) + (a.node.sameMarkup(b.node) ? 0.1 : 0);
+}
+
+/// The share of the longer text that the two share at their start and at their end (each
+/// looked at over `likenessSpan` characters at most); 1 for two empty texts, 0.5 when one is
+/// empty (an empty block is weakly like any other).
+function likeness(a: string, b: string): number {
+  const longest = Math.max(a.length, b.length);
+  if (longest === 0) return 1;
+  if (a.length === 0 || b.length === 0) return 0.5;
+  const most = Math.min(a.length, b.length, likenessSpan);
+  let start = 0;
+  while (start < most && a.charCodeAt(start) === b.charCodeAt(start)) start++;
+  let end = 0;
+  const tail = Math.min(most, Math.min(a.length, b.length) - start);
+  while (end < tail && a.charCodeAt(a.length - 1 - end) === b.charCodeAt(b.length - 1 - end)) end++;
+  return (start + end) / Math.min(longest, 2 * likenessSpan);
 }
 
 /// One item of a textblock's content: a character of a text node (`char`), or an inline node.
@@ -33,35 +260,25 @@ interface InlineItem {
   node: Node;
 }
 
-/// Appends to `ranges` the replacements that turn the content of `a` into that of `b` (nodes
-/// with content, both textblocks or neither), `start` being the position of `a`'s content.
-function compareContent(a: Node, b: Node, start: number, ranges: number[]): void {
+/// Appends to `ranges` the replacements that turn the content of textblock `a` into that of
+/// `b`, `start` being the position of `a`'s content.
+function compareText(a: Node, b: Node, start: number, deadline: number, ranges: number[]): void {
   if (a.content.eq(b.content)) return;
-  if (a.inlineContent) {
-    const itemsA = inlineItems(a);
-    const itemsB = inlineItems(b);
-    const changes = diffArrays(itemsA, itemsB, { comparator: sameItem, ...limits });
-    if (!changes) return wholeStretch(a, b, start, ranges);
-    let pos = start;
-    forEachRun(changes, (common, fromA, removed, fromB, added) => {
-      const oldSize = sizeOf(itemsA, fromA, removed, itemSize);
-      if (!common) ranges.push(pos, oldSize, sizeOf(itemsB, fromB, added, itemSize));
-      pos += oldSize;
-    });
-    return;
-  }
-  // Blocks are compared by their JSON, made once each, rather than by `Node.eq` at every probe
-  // of the diff.
-  const changes = diffArrays(a.children.map(blockKey), b.children.map(blockKey), limits);
+  const left = deadline - performance.now();
+  if (left <= 0) return wholeStretch(a, b, start, ranges);
+  const itemsA = inlineItems(a);
+  const itemsB = inlineItems(b);
+  const changes = diffArrays(itemsA, itemsB, {
+    comparator: sameItem,
+    maxEditLength: maxCharEdits,
+    timeout: left,
+  });
   if (!changes) return wholeStretch(a, b, start, ranges);
   let pos = start;
   forEachRun(changes, (common, fromA, removed, fromB, added) => {
-    if (common) {
-      pos += sizeOf(a.children, fromA, removed, nodeSize);
-    } else {
-      const gone = a.children.slice(fromA, fromA + removed);
-      pos = pairUp(gone, b.children.slice(fromB, fromB + added), pos, ranges);
-    }
+    const oldSize = sizeOf(itemsA, fromA, removed, itemSize);
+    if (!common) ranges.push(pos, oldSize, sizeOf(itemsB, fromB, added, itemSize));
+    pos += oldSize;
   });
 }
 
@@ -97,180 +314,6 @@ function forEachRun<T>(
   }
 }
 
-/// A block of a run of removed or added blocks, or a node inside one: where a block may have
-/// gone (a paragraph that others wrapped in a list is found inside it) or come from (one
-/// lifted out of a list).
-interface Candidate {
-  node: Node;
-  /// Where it starts and ends, relative to the start of the run.
-  offset: number;
-  end: number;
-  /// Its text, read when first compared.
-  text: string | null;
-}
-
-/// Past this many candidate pairs in one run, nodes inside the blocks are not looked at; past
-/// it again with the blocks alone, the run is taken as one replacement.
-const maxPairs = 250_000;
-
-/// Blocks removed and added at `pos` (a run of jsdiff's block diff). They are aligned in
-/// order, pairing blocks of the same kind (a textblock with a textblock) whose text is most
-/// alike (`similarity`), first among the blocks themselves, then, within the stretches left
-/// unpaired, with nodes inside them, so that a paragraph others wrapped in a list or lifted
-/// out of one is followed. Paired nodes are the same block edited and are compared inside;
-/// what lies between pairs was deleted or inserted. Returns the position after the removed
-/// blocks.
-function pairUp(removed: Node[], added: Node[], pos: number, ranges: number[]): number {
-  const olds = topLevel(removed);
-  const news = topLevel(added);
-  const oldTotal = olds.length > 0 ? olds[olds.length - 1]!.end : 0;
-  const newTotal = news.length > 0 ? news[news.length - 1]!.end : 0;
-  const pairs: [Candidate, Candidate][] = [];
-  let lastOld = 0;
-  let lastNew = 0;
-  // Nested candidates in the stretch before each pair of blocks, and after the last.
-  const within = (oldEnd: number, newEnd: number) => {
-    const inner = align(nestedIn(olds, lastOld, oldEnd), nestedIn(news, lastNew, newEnd));
-    for (const pair of inner) pairs.push(pair);
-  };
-  for (const [old, added] of align(olds, news)) {
-    within(old.offset, added.offset);
-    pairs.push([old, added]);
-    lastOld = old.end;
-    lastNew = added.end;
-  }
-  within(oldTotal, newTotal);
-
-  let fromOld = 0;
-  let fromNew = 0;
-  for (const [old, added] of pairs) {
-    if (old.offset > fromOld || added.offset > fromNew)
-      ranges.push(pos + fromOld, old.offset - fromOld, added.offset - fromNew);
-    // Another type or attributes: its start and end tokens are replaced, as a change of block
-    // type maps them in ProseMirror; what is inside keeps its positions.
-    const retyped = !old.node.sameMarkup(added.node);
-    if (retyped) ranges.push(pos + old.offset, 1, 1);
-    compareContent(old.node, added.node, pos + old.offset + 1, ranges);
-    if (retyped) ranges.push(pos + old.end - 1, 1, 1);
-    fromOld = old.end;
-    fromNew = added.end;
-  }
-  if (oldTotal > fromOld || newTotal > fromNew)
-    ranges.push(pos + fromOld, oldTotal - fromOld, newTotal - fromNew);
-  return pos + oldTotal;
-}
-
-function topLevel(blocks: Node[]): Candidate[] {
-  const candidates: Candidate[] = [];
-  let offset = 0;
-  for (const node of blocks) {
-    candidates.push({ node, offset, end: offset + node.nodeSize, text: null });
-    offset += node.nodeSize;
-  }
-  return candidates;
-}
-
-/// The blocks of `blocks` between `from` and `to` (offsets of the run) and every node with
-/// content inside them, in document order.
-function nestedIn(blocks: Candidate[], from: number, to: number): Candidate[] {
-  const candidates: Candidate[] = [];
-  for (const block of blocks) {
-    if (block.offset < from || block.end > to) continue;
-    candidates.push(block);
-    if (block.node.isTextblock || block.node.isLeaf) continue;
-    block.node.descendants((node, at) => {
-      if (node.isLeaf || node.isInline) return false;
-      const offset = block.offset + 1 + at;
-      candidates.push({ node, offset, end: offset + node.nodeSize, text: null });
-      return !node.isTextblock;
-    });
-  }
-  return candidates;
-}
-
-/// The pairs of `olds` and `news` (each in document order, nodes inside others after them)
-/// that keep their order, do not nest, and are as alike as possible in total: a longest common
-/// subsequence weighted by `similarity`, by dynamic programming.
-function align(olds: Candidate[], news: Candidate[]): [Candidate, Candidate][] {
-  const n = olds.length;
-  const m = news.length;
-  if (n === 0 || m === 0 || (n + 1) * (m + 1) > maxPairs) return [];
-  // The first candidate after each one and everything inside it.
-  const skipOld = after(olds);
-  const skipNew = after(news);
-  const width = m + 1;
-  // best[i * width + j]: the best total for olds from i and news from j.
-  const best = new Float64Array((n + 1) * width);
-  const score = new Float64Array(n * m);
-  for (let i = n - 1; i >= 0; i--) {
-    for (let j = m - 1; j >= 0; j--) {
-      let value = Math.max(best[(i + 1) * width + j]!, best[i * width + j + 1]!);
-      const like = similarity(olds[i]!, news[j]!);
-      score[i * m + j] = like;
-      if (like > 0) value = Math.max(value, like + best[skipOld[i]! * width + skipNew[j]!]!);
-      best[i * width + j] = value;
-    }
-  }
-  const pairs: [Candidate, Candidate][] = [];
-  let i = 0;
-  let j = 0;
-  while (i < n && j < m) {
-    const value = best[i * width + j]!;
-    const like = score[i * m + j]!;
-    if (like > 0 && value === like + best[skipOld[i]! * width + skipNew[j]!]!) {
-      pairs.push([olds[i]!, news[j]!]);
-      i = skipOld[i]!;
-      j = skipNew[j]!;
-    } else if (value === best[(i + 1) * width + j]!) {
-      i++;
-    } else {
-      j++;
-    }
-  }
-  return pairs;
-}
-
-function after(candidates: Candidate[]): Uint32Array {
-  const next = new Uint32Array(candidates.length);
-  for (let i = 0; i < candidates.length; i++) {
-    let k = i + 1;
-    while (k < candidates.length && candidates[k]!.offset < candidates[i]!.end) k++;
-    next[i] = k;
-  }
-  return next;
-}
-
-/// How alike two nodes are, from 0 (not to be paired) to 1.1: nodes of the same kind (both
-/// textblocks or neither), by `likeness` of their text, a little more for the same markup.
-/// Any two of the same kind may pair (a paragraph rewritten where it stood is still that
-/// paragraph); where there is a choice, the alignment takes the most alike.
-function similarity(a: Candidate, b: Candidate): number {
-  const x = a.node;
-  const y = b.node;
-  if (x.isLeaf || y.isLeaf || x.isTextblock !== y.isTextblock) return 0;
-  a.text ??= x.textContent;
-  b.text ??= y.textContent;
-  return Math.max(likeness(a.text, b.text), 0.01) + (x.sameMarkup(y) ? 0.1 : 0);
-}
-
-/// The share of the longer text that the two share at their start and at their end; 1 for
-/// two empty texts, 0.5 when one is empty (an empty block is weakly like any other).
-function likeness(a: string, b: string): number {
-  const longest = Math.max(a.length, b.length);
-  if (longest === 0) return 1;
-  if (a.length === 0 || b.length === 0) return 0.5;
-  const most = Math.min(a.length, b.length);
-  let start = 0;
-  while (start < most && a.charCodeAt(start) === b.charCodeAt(start)) start++;
-  let end = 0;
-  while (
-    end < most - start &&
-    a.charCodeAt(a.length - 1 - end) === b.charCodeAt(b.length - 1 - end)
-  )
-    end++;
-  return (start + end) / longest;
-}
-
 /// The stretch from the first to the last position where the contents of `a` and `b` differ,
 /// as one replacement.
 function wholeStretch(a: Node, b: Node, start: number, ranges: number[]): void {
@@ -286,10 +329,6 @@ function wholeStretch(a: Node, b: Node, start: number, ranges: number[]): void {
     endB += overlap;
   }
   ranges.push(start + from, endA - from, endB - from);
-}
-
-function blockKey(node: Node): string {
-  return JSON.stringify(node.toJSON());
 }
 
 function inlineItems(node: Node): InlineItem[] {
@@ -318,8 +357,8 @@ function itemSize(item: InlineItem): number {
   return item.char === null ? item.node.nodeSize : 1;
 }
 
-function nodeSize(node: Node): number {
-  return node.nodeSize;
+function pieceSize(piece: Piece): number {
+  return piece.size;
 }
 
 /// The size of `count` items of `list` from `from`.

@@ -220,6 +220,52 @@ describe('differenceMap', () => {
     assert.equal(differenceMap(doc('plain text'), g), null);
   });
 
+  it('follows list items indented, outdented or lifted out, wherever they are in the list', () => {
+    const p = (text: string) => schema.node('paragraph', null, schema.text(text));
+    const li = (...content: Node[]) => schema.node('list_item', null, content);
+    const ul = (...items: Node[]) => schema.node('bullet_list', null, items);
+    const texts = Array.from({ length: 40 }, (_, i) => `item number ${i}`);
+    const list = schema.node('doc', null, [ul(...texts.map((text) => li(p(text))))]);
+    // Where "item number <i>" starts its text in `doc`.
+    const textStart = (doc: Node, i: number) => {
+      let found = -1;
+      doc.descendants((node, pos) => {
+        if (node.isTextblock && node.textContent === texts[i]) found = pos + 1;
+        return found < 0;
+      });
+      return found;
+    };
+    const lifted = schema.node('doc', null, [
+      ul(...texts.slice(0, 20).map((text) => li(p(text)))),
+      p(texts[20]!),
+      ul(...texts.slice(21).map((text) => li(p(text)))),
+    ]);
+    const indented = schema.node('doc', null, [
+      ul(
+        ...texts.slice(0, 19).map((text) => li(p(text))),
+        li(p(texts[19]!), ul(li(p(texts[20]!)))),
+        ...texts.slice(21).map((text) => li(p(text))),
+      ),
+    ]);
+    const firstOut = schema.node('doc', null, [
+      p(texts[0]!),
+      ul(...texts.slice(1).map((text) => li(p(text)))),
+    ]);
+    for (const [name, changed] of [
+      ['item 20 lifted out', lifted],
+      ['item 20 indented', indented],
+      ['item 0 lifted out', firstOut],
+    ] as const) {
+      const map = differenceMap(list, changed);
+      assertExplains(map, list, changed);
+      // Only the few list tokens around the moved item change: every item's text is followed.
+      assert.ok(ranges(map).length <= 2, `${name}: ${JSON.stringify(ranges(map))}`);
+      for (const i of [0, 3, 19, 20, 21, 39]) {
+        assert.equal(map!.map(textStart(list, i) + 2), textStart(changed, i) + 2, `${name}, ${i}`);
+      }
+    }
+  });
+
   it('explains any two documents that random edits lead to from one another', () => {
     fc.assert(
       fc.property(
