@@ -10,9 +10,10 @@ import { StepMap } from 'prosemirror-transform';
 //   of every container (a list, a list item, a quote) and every textblock or leaf block whole,
 //   so that a paragraph others wrapped in a list, lifted out of one, indented or joined into the
 //   item before it is the same piece in both, only with other tokens around it;
-// - the streams are compared; in each stretch that differs, textblocks are paired by how alike
-//   their text is (a paragraph edited, or made a heading) and compared character by character
-//   (marks left out: they move no position); the rest of the stretch was deleted or inserted.
+// - the streams' textblocks are matched first, the rest only between them; in each stretch
+//   that differs, textblocks are paired by how alike their text is (a paragraph edited, or
+//   made a heading) and compared character by character (marks left out: they move no
+//   position); the rest of the stretch was deleted or inserted.
 // What comes out is one map whose ranges are the places that differ: a position between them
 // keeps its place however much others changed elsewhere, and one inside them is taken as
 // deleted.
@@ -38,12 +39,12 @@ export function differenceMap(a: Node, b: Node): StepMap | null {
   const ranges: number[] = [];
   const piecesA = pieces(a);
   const piecesB = pieces(b);
-  // Blocks first: matched blocks anchor the comparison, and the container tokens around them
-  // are compared only in the stretches between anchors. Compared together, tokens and blocks
-  // count alike, and a list lifted by one item could match the list's tokens instead of the
-  // item's paragraph.
-  const blocksA = blockIndices(piecesA);
-  const blocksB = blockIndices(piecesB);
+  // Textblocks first: matched ones anchor the comparison, and the container tokens (and leaf
+  // blocks) around them are compared only in the stretches between anchors. Compared together,
+  // tokens and textblocks count alike, and a list lifted by one item could match the list's
+  // tokens instead of the item's paragraph.
+  const blocksA = textblockIndices(piecesA);
+  const blocksB = textblockIndices(piecesB);
   const changes = diffArrays(
     blocksA.map((i) => piecesA[i]!.key),
     blocksB.map((i) => piecesB[i]!.key),
@@ -79,10 +80,12 @@ export function differenceMap(a: Node, b: Node): StepMap | null {
   return ranges.length === 0 ? null : new StepMap(ranges);
 }
 
-/// The indices of the pieces that are blocks (not container tokens).
-function blockIndices(list: Piece[]): number[] {
+/// The indices of the pieces that are textblocks: the anchors. A leaf block (a rule) is
+/// compared with the tokens between them: matched with a textblock's weight, a rule moved past
+/// a paragraph could be kept in place of the paragraph, and the paragraph taken as replaced.
+function textblockIndices(list: Piece[]): number[] {
   const indices: number[] = [];
-  for (let i = 0; i < list.length; i++) if (list[i]!.block) indices.push(i);
+  for (let i = 0; i < list.length; i++) if (isTextblock(list[i]!)) indices.push(i);
   return indices;
 }
 

@@ -212,6 +212,19 @@ describe('differenceMap', () => {
     const lifted = differenceMap(e, f);
     assertExplains(lifted, e, f);
     assert.equal(lifted!.map(5), 3, 'inside "one"');
+    // A rule moved from after a paragraph to before it: the paragraph is followed, not the rule.
+    const hr = () => schema.nodes.horizontal_rule!.create();
+    const g0 = schema.node('doc', null, [
+      schema.node('paragraph', null, schema.text('keep')),
+      hr(),
+    ]);
+    const g1 = schema.node('doc', null, [
+      hr(),
+      schema.node('paragraph', null, schema.text('keep')),
+    ]);
+    const moved = differenceMap(g0, g1);
+    assertExplains(moved, g0, g1);
+    assert.equal(moved!.map(3), 4, 'inside "keep"');
     // Marks move no position: text made bold is no difference at all.
     const bold = schema.marks.strong!.create();
     const g = schema.node('doc', null, [
