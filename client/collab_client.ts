@@ -423,17 +423,11 @@ export class CollabClient {
     for (let i = 0; i < landed; i++) base = unconfirmed[i]!.apply(base).doc ?? base;
     const rest = unconfirmed.slice(landed);
     const over = differenceMap(base, doc);
-    const rebaser = new StepRebaser(rest, over ? [over] : []);
-    const steps: Step[] = [];
-    let at = doc;
-    for (const step of dropLocal ? [] : rest) {
-      const mapped = rebaser.map(step);
-      const applied = mapped && applies(mapped, at);
-      if (!applied) continue;
-      rebaser.applied(mapped!);
-      steps.push(mapped!);
-      at = applied;
-    }
+    const maps = over ? [over] : [];
+    // Dropped, they still move the selection back out of what they inserted.
+    const { steps, rebaser } = dropLocal
+      ? { steps: [], rebaser: new StepRebaser(rest, maps) }
+      : rebaseSteps(rest, maps, doc);
     return { steps, map: (pos) => rebaser.mapAfter(pos) };
   }
 
@@ -894,15 +888,4 @@ function utf8Length(text: string): number {
 /// (which browsers only offer on secure origins).
 export function randomClientID(): string {
   return Date.now().toString(36) + '-' + Math.random().toString(36).slice(2, 10);
-}
-
-/// `step` applied to `doc`, or null when it does not fit: `apply` reports a step that breaks
-/// the schema, and throws a `RangeError` for positions out of range.
-function applies(step: Step, doc: Node): Node | null {
-  try {
-    return step.apply(doc).doc;
-  } catch (error) {
-    if (error instanceof RangeError) return null;
-    throw error;
-  }
 }

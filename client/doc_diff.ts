@@ -98,9 +98,8 @@ function sameKeys(a: Piece[], b: Piece[]): boolean {
 /// A piece of a document read as a stream: a container's start or end token, or a textblock
 /// or leaf block whole.
 interface Piece {
+  /// The block, or the container whose token this is (never a textblock).
   node: Node;
-  /// A block, not a container's token.
-  block: boolean;
   /// Its position, and how many positions it takes (1 for a token).
   pos: number;
   size: number;
@@ -118,7 +117,6 @@ function pieces(doc: Node): Piece[] {
       if (node.isTextblock || node.isLeaf) {
         list.push({
           node,
-          block: true,
           pos,
           size: node.nodeSize,
           key: JSON.stringify(node.toJSON()),
@@ -129,7 +127,6 @@ function pieces(doc: Node): Piece[] {
       const markup = { type: node.type.name, attrs: node.attrs, marks: node.marks };
       list.push({
         node,
-        block: false,
         pos,
         size: 1,
         key: `<${JSON.stringify(markup)}`,
@@ -137,7 +134,7 @@ function pieces(doc: Node): Piece[] {
       });
       walk(node, pos + 1);
       const end = pos + node.nodeSize - 1;
-      list.push({ node, block: false, pos: end, size: 1, key: `>${node.type.name}`, text: null });
+      list.push({ node, pos: end, size: 1, key: `>${node.type.name}`, text: null });
     });
   };
   walk(doc, 0);
@@ -179,7 +176,7 @@ function compareStretch(
 }
 
 function isTextblock(piece: Piece): boolean {
-  return piece.block && piece.node.isTextblock;
+  return piece.node.isTextblock;
 }
 
 /// The pairs of `olds` and `news` (textblocks, each in document order) that keep their order

@@ -1,11 +1,13 @@
 import type { Node } from 'prosemirror-model';
 import { Mapping, type Step, type StepMap } from 'prosemirror-transform';
 
-/// The result of `rebaseSteps`: the steps that still applied, mapped, and the document after
-/// them.
+/// The result of `rebaseSteps`: the steps that still applied, mapped, the document after
+/// them, and the rebaser that mapped them (`mapAfter` moves a position, a selection's, of the
+/// document after the original steps to the document after these).
 export interface Rebased {
   steps: Step[];
   doc: Node;
+  rebaser: StepRebaser;
 }
 
 /// Rebases `steps`, made one after another on some document D, over the changes `over` (the
@@ -36,7 +38,7 @@ export function rebaseSteps(steps: readonly Step[], over: readonly StepMap[], do
     rebaser.applied(mapped);
     result.push(mapped);
   }
-  return { steps: result, doc };
+  return { steps: result, doc, rebaser };
 }
 
 /// The mapping half of `rebaseSteps`, one step at a time, for callers that apply and check
