@@ -600,8 +600,18 @@ export class Rooms {
     const clients = new Map<string, number>(
       snapshot?.clients ? Object.entries(snapshot.clients) : [],
     );
+    let previousEnd: number | null = null;
     for (const entry of stored.journal) {
       const end = entry.baseVersion + entry.steps.length;
+      // Each entry starts where the one before ended: one that starts before would say twice
+      // what a version holds, one that starts after leaves a gap.
+      if (previousEnd !== null && entry.baseVersion !== previousEnd) {
+        throw new CorruptDocumentError(
+          docId,
+          `journal entries do not follow each other: one ends at ${previousEnd}, the next starts at ${entry.baseVersion}`,
+        );
+      }
+      previousEnd = end;
       if (end <= authority.version) continue;
       if (entry.baseVersion > authority.version) {
         throw new CorruptDocumentError(

@@ -200,6 +200,19 @@ const poisons: Poison[] = [
     version: 6,
   },
   {
+    // The store never writes these: each version is said twice, differently.
+    name: 'journal entries that overlap',
+    snapshot: null,
+    journal: [entry(0, typed('a').steps), entry(0, typed('Z').steps)],
+    version: 1,
+  },
+  {
+    name: 'a journal entry that goes back after the others',
+    snapshot: null,
+    journal: [entry(0, typed('a').steps), entry(1, typed('b').steps), entry(0, typed('Q').steps)],
+    version: 2,
+  },
+  {
     name: 'the journal does not reach the version the store records',
     only: 'redis',
     snapshot: null,
