@@ -146,6 +146,9 @@ export class Room {
   private readonly flushBound = (): void => this.flush();
   private snapshotting: Promise<boolean> | null = null;
   private snapshotTimer: NodeJS.Timeout | null = null;
+  /// After a failed snapshot, the wait before the next try (ms): 1 s, doubling with each
+  /// failure, up to `snapshotEveryMs`; 0 once one succeeds.
+  private snapshotRetryMs = 0;
   /// Resolves when nothing is pending or in flight; for graceful shutdown.
   private idleWaiters: (() => void)[] = [];
   /// `publishedDoc.toJSON()`, made once per published version for every join, pull and
@@ -303,7 +306,9 @@ export class Room {
   /// overlaps with itself. Resolves true when the store holds a snapshot at the published
   /// version afterwards; false when the write failed (the room stays loaded and retries).
   snapshot(): Promise<boolean> {
-    if (this.snapshotting) return this.snapshotting;
+    // The one in flight may be of an older version: once it is done, another if the version
+    // moved on meanwhile. One that failed is not retried at once (see `armSnapshotTimer`).
+    if (this.snapshotting) return this.snapshotting.then((ok) => (ok ? this.snapshot() : false));
     if (!this.needsSnapshot) return Promise.resolve(true);
     const version = this.publishedVersion;
     let doc: DocJSON;
@@ -315,8 +320,9 @@ export class Room {
     }
     const started = performance.now();
     this.clearSnapshotTimer();
-    this.snapshotting = this.store
-      .snapshot(
+    let written: ReturnType<Store['snapshot']>;
+    try {
+      written = this.store.snapshot(
         this.docId,
         {
           doc,
@@ -327,7 +333,13 @@ export class Room {
           clients: this.recentClients(),
         },
         this.lease?.token,
-      )
+      );
+    } catch (err) {
+      // A store (a host's own) that throws instead of rejecting: from a timer, the throw would
+      // end the process.
+      written = Promise.reject(err);
+    }
+    this.snapshotting = written
       .then(
         (outcome) => {
           if (!outcome.ok && outcome.reason === 'lost') {
@@ -353,6 +365,9 @@ export class Room {
       )
       .then((ok) => {
         this.snapshotting = null;
+        this.snapshotRetryMs = ok
+          ? 0
+          : Math.min(2 * this.snapshotRetryMs || 1000, this.options.snapshotEveryMs);
         if (this.needsSnapshot && this.state === 'open') this.armSnapshotTimer();
         return ok;
       });
@@ -493,7 +508,10 @@ export class Room {
     }
     this.flushing = false;
     if (this.ledger.size > 2 * ledgerSize) this.trimLedger();
-    if (this.publishedVersion - this.snapshotVersion >= this.options.snapshotEverySteps) {
+    if (
+      this.publishedVersion - this.snapshotVersion >= this.options.snapshotEverySteps &&
+      this.snapshotRetryMs === 0
+    ) {
       void this.snapshot();
     } else if (this.snapshotTimer === null && !this.snapshotting) {
       this.armSnapshotTimer();
@@ -748,9 +766,15 @@ export class Room {
     for (const [clientID, end] of kept) this.ledger.set(clientID, end);
   }
 
+  /// Arms the next snapshot: `snapshotEveryMs` after the last one written, or, after one
+  /// failed, `snapshotRetryMs` from now (a failing store is not asked again at once, which
+  /// would be a busy loop: the last success stays in the past).
   private armSnapshotTimer(): void {
     if (this.snapshotTimer !== null || this.state !== 'open') return;
-    const wait = Math.max(0, this.lastSnapshotAt + this.options.snapshotEveryMs - this.now());
+    const wait =
+      this.snapshotRetryMs > 0
+        ? this.snapshotRetryMs
+        : Math.max(0, this.lastSnapshotAt + this.options.snapshotEveryMs - this.now());
     this.snapshotTimer = setTimeout(() => {
       this.snapshotTimer = null;
       void this.snapshot();
