@@ -573,7 +573,12 @@ export class Room {
   /// `Store.reset`, or when it fails, what the store holds is all that is left: the editors
   /// reload it, and the loss is logged as an error.
   private restartHistory(stored: StoredPosition, fenced = true): void {
-    if (this.restarting) return;
+    if (this.restarting) {
+      // The first call settles only what was idle when it ends: an append that found the
+      // store behind meanwhile (and cleared its flag before calling here) is settled now.
+      this.settleIdle();
+      return;
+    }
     this.restarting = true;
     this.close();
     const version = this.publishedVersion;
