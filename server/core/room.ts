@@ -297,6 +297,12 @@ export class Room {
     return this.authority.rebasedBatches;
   }
 
+  /// Nothing waits to be journaled, none is in flight, and a snapshot holds the published
+  /// version: the room may be dropped from memory without losing track of anything.
+  get settled(): boolean {
+    return this.pending.length === 0 && !this.flushing && !this.needsSnapshot;
+  }
+
   /// True when the published version is not in a snapshot yet.
   get needsSnapshot(): boolean {
     return this.publishedVersion > this.snapshotVersion;

@@ -354,12 +354,14 @@ export class Rooms {
         room.close();
         throw err;
       }
-      // Another load cannot have finished meanwhile (loads of one document are one promise),
-      // but the registry may have been closed.
-      if (this.closing) {
-        room.close();
-        throw new StoreUnavailableError('shutting down');
-      }
+    }
+    // Another load cannot have finished meanwhile (loads of one document are one promise), but
+    // the registry may have been closed while this one read the store: registered now, the
+    // room would outlive `closeAll` with its lease held.
+    if (this.closing) {
+      room.close();
+      await this.releaseLease(room);
+      throw new StoreUnavailableError('shutting down');
     }
     this.rooms.set(docId, room);
     this.log.debug({ doc: docId, version: room.publishedVersion }, 'document loaded');
@@ -394,7 +396,16 @@ export class Rooms {
       try {
         await victim.whenIdle();
         const saved = await victim.snapshot();
-        if (!saved || victim.sockets > 0 || this.rooms.get(victim.docId) !== victim) continue;
+        // A batch may have come meanwhile (the host's own change, a socket that joined, wrote
+        // and left): it would be acknowledged after the room was dropped, and not be in the
+        // snapshot an `unloaded` hook reads.
+        if (
+          !saved ||
+          !victim.settled ||
+          victim.sockets > 0 ||
+          this.rooms.get(victim.docId) !== victim
+        )
+          continue;
         await this.drop(victim);
         this.log.debug({ doc: victim.docId }, 'document unloaded to make room for another');
       } finally {
@@ -727,7 +738,8 @@ export class Rooms {
     const saved = await room.snapshot();
     // Someone may have joined while the snapshot was written.
     if (room.sockets > 0 || this.rooms.get(room.docId) !== room) return;
-    if (!saved) {
+    // A failed snapshot, or a batch that came meanwhile (see `makeSpace`): later.
+    if (!saved || !room.settled) {
       this.scheduleUnload(room);
       return;
     }
