@@ -76,6 +76,10 @@ export interface RoomOptions {
   schemaVersion: number;
 }
 
+/// How long a room that must learn whether its store lost steps (`Room.askStore`) keeps asking a
+/// store that cannot be read: a Redis restarted from its file is back within this, as a rule.
+export const storeCheckGiveUpMs = 60_000;
+
 /// How many editors' last versions a snapshot keeps (`Snapshot.clients`): the most recent. An
 /// editor away while more than this many others edited the document is not told whether its
 /// lost batch landed (it re-applies it, as before the ledger existed).
@@ -361,7 +365,12 @@ export class Room {
             );
             return true;
           }
-          this.log.warn({ doc: this.docId, version }, 'snapshot refused by the store');
+          // A conflict: the store holds another epoch, or fewer versions than this process
+          // published. The second is a store gone back to an older state (a restore, a Redis
+          // restarted from an older file) that kept the lease: no append or renewal may come to
+          // notice it before the room is unloaded or handed over, and the acknowledged steps
+          // that only this copy holds would go with it.
+          this.snapshotConflict();
           return false;
         },
         (err: unknown) => {
@@ -679,36 +688,99 @@ export class Room {
     );
   }
 
-  /// The lease was found gone outside an append (a renewal, a snapshot). Usually another
-  /// process serves the document now (`moved`). But a store that went back to an older state
-  /// loses the lease with the steps, and this copy is then the only one of them: where the
-  /// store stands decides, as in `lostLease`. The room stops taking batches while it asks.
+  /// The lease was found gone outside an append (a renewal, a snapshot), or could not be
+  /// renewed for a whole lease time. Usually another process serves the document now
+  /// (`moved`). But a store that went back to an older state loses the lease with the steps,
+  /// and this copy is then the only one of them: where the store stands decides, as in
+  /// `lostLease`. The room stops taking batches while it asks.
   leaseGone(reason: string): void {
     if (this.state !== 'open') return;
     this.close();
-    const decide = (stored: StoredPosition | null): void => {
-      if (stored && this.regressed(stored)) {
-        this.restartHistory(stored, false);
-        return;
+    this.askStore(
+      (stored) => {
+        if (stored && this.regressed(stored)) {
+          this.restartHistory(stored, false);
+          return;
+        }
+        this.log.warn(
+          { doc: this.docId, version: this.publishedVersion, reason },
+          'document moved',
+        );
+        this.leave('moved');
+      },
+      // Cut off from the store, as a rule while another process can reach it: the editors go
+      // there now rather than wait for this one.
+      () => this.transport.evict(this.docId, 'moved', errorBody('moved').message),
+    );
+  }
+
+  /// The store refused a snapshot as a conflict (see `snapshot`): if it is behind what this
+  /// process published, this copy is stored under a new epoch, fenced by the lease this process
+  /// still holds; otherwise another writer moved the document on, and the editors reload it.
+  private snapshotConflict(): void {
+    if (this.state !== 'open') return;
+    this.close();
+    this.askStore(
+      (stored) => {
+        if (stored && this.regressed(stored)) {
+          this.restartHistory(stored);
+          return;
+        }
+        this.log.warn(
+          { doc: this.docId, version: this.publishedVersion, stored },
+          'snapshot conflict: another writer changed this document; reloading',
+        );
+        this.leave('stale', 'The document changed elsewhere: rejoin');
+      },
+      () => this.transport.evict(this.docId, 'unavailable', errorBody('unavailable').message),
+    );
+  }
+
+  /// Reads where the store stands on this document (no document: epoch null, version 0) and
+  /// hands it to `decide`. While the store cannot be read (an outage, a Redis still loading its
+  /// file) the room, closed but registered, keeps its copy and asks again, after 250 ms, 500,
+  /// … up to 5 s apart, for `storeCheckGiveUpMs`: deciding without the store's answer would
+  /// drop the only copy of whatever it lost. `unreadable` runs at the first failure (the
+  /// editors need not wait with the copy). Past the limit, `decide` gets null (the usual case:
+  /// nothing lost), and the error is logged.
+  private askStore(decide: (stored: StoredPosition | null) => void, unreadable: () => void): void {
+    const started = performance.now();
+    let wait = 250;
+    const ask = (): void => {
+      let loaded: ReturnType<Store['load']>;
+      try {
+        loaded = this.store.load(this.docId);
+      } catch (err) {
+        loaded = Promise.reject(err);
       }
-      this.log.warn({ doc: this.docId, version: this.publishedVersion, reason }, 'document moved');
-      this.leave('moved');
+      loaded
+        .then(
+          (doc) =>
+            decide(doc ? { epoch: doc.epoch, version: doc.version } : { epoch: null, version: 0 }),
+          (err: unknown) => {
+            if (performance.now() - started >= storeCheckGiveUpMs) {
+              this.log.error(
+                { doc: this.docId, version: this.publishedVersion, err },
+                'the store could not be read to learn whether it lost steps of this document; dropping this copy',
+              );
+              decide(null);
+              return;
+            }
+            if (wait === 250) unreadable();
+            this.log.warn(
+              { doc: this.docId, err, retryMs: wait },
+              'the store cannot be read; this copy is kept until it answers',
+            );
+            setTimeout(ask, wait).unref();
+            wait = Math.min(2 * wait, 5000);
+          },
+        )
+        // A throw here would be an unhandled rejection, which ends the process.
+        .catch((err: unknown) =>
+          this.log.error({ doc: this.docId, err }, 'store check not handled'),
+        );
     };
-    let loaded: ReturnType<Store['load']>;
-    try {
-      loaded = this.store.load(this.docId);
-    } catch (err) {
-      loaded = Promise.reject(err);
-    }
-    loaded
-      .then(
-        (doc) =>
-          decide(doc ? { epoch: doc.epoch, version: doc.version } : { epoch: null, version: 0 }),
-        // Unreadable now: the usual case is the likely one.
-        () => decide(null),
-      )
-      // A throw here would be an unhandled rejection, which ends the process.
-      .catch((err: unknown) => this.log.error({ doc: this.docId, err }, 'lease loss not handled'));
+    ask();
   }
 
   /// Stops serving because another process owns the document now (the lease was lost, or

@@ -474,7 +474,9 @@ export class Rooms {
           } catch (err) {
             healthy = false;
             if (performance.now() - room.leaseRenewedAt > ttlMs) {
-              room.moved('the lease could not be renewed in time');
+              // Not `moved` at once: a store that comes back from an outage in an older state
+              // has lost steps that only this copy holds (`leaseGone` asks it first).
+              room.leaseGone('the lease could not be renewed in time');
             } else {
               this.log.warn({ doc: room.docId, err }, 'lease renewal failed; retrying');
             }
@@ -522,6 +524,9 @@ export class Rooms {
     try {
       await room.whenIdle();
       await room.snapshot();
+      // Closed by the snapshot's answer: the store went back to an older state, and the room
+      // is storing its copy under a new epoch with this lease; it must not be freed under it.
+      if (room.state !== 'open') return;
       room.moved('handed over to the process that asked for it');
       this.handedOver.set(room.docId, performance.now() + 2 * this.leases!.ttlMs);
       await this.releaseLease(room);

@@ -19,6 +19,7 @@ import { Rooms } from '../../server/core/rooms.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import { openEditor } from '../support/editors.js';
+import { RedisProcess } from '../support/redis_process.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 import { deleteRedisKeys, redisForTests } from '../support/store_fixtures.js';
@@ -481,6 +482,66 @@ describe('a Redis that goes back to an older state, with leases', () => {
         assert.equal(stored?.version, 1);
       },
     );
+  });
+
+  it('repairs it when a snapshot is the first to find it, the lease still held', async () => {
+    // The lease key survived in the older state: renewals answer `held`, and nobody types.
+    // Before, only a log line said so, and an unload or a hand-over dropped "b" for good.
+    await afterRegression(
+      5000,
+      async () => undefined,
+      async ({ room, epoch, store, evicted }) => {
+        assert.equal(await room.snapshot(), false);
+        await waitFor(() => evicted.length > 0, 'the editors sent away');
+        assert.deepEqual(evicted, ['stale']);
+        const stored = await store.load(room.docId);
+        assert.ok(stored?.snapshot);
+        assert.notEqual(stored.epoch, epoch);
+        assert.equal(stored.version, 2);
+        assert.equal(schema.nodeFromJSON(stored.snapshot.doc).textContent, 'ba');
+      },
+    );
+  });
+
+  it('keeps its copy through an outage longer than the lease, and repairs a Redis that came back empty', async () => {
+    const redisProcess = new RedisProcess();
+    await redisProcess.start();
+    const store = new RedisStore({
+      url: redisProcess.url,
+      keyPrefix,
+      commandTimeoutMs: 300,
+      pingIntervalMs: 200,
+    });
+    await store.ready();
+    const { rooms, evicted } = leasedRooms(store, 1500);
+    const docId = `outage-${randomUUID()}`;
+    try {
+      const room = (await rooms.get(docId, true))!;
+      const epoch = room.epoch;
+      assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
+      assert.deepEqual(await send(room, 'p', 'b'), { ok: true, version: 2 });
+      // Redis gone for longer than the lease; it comes back without the document (it kept
+      // nothing on disk: the extreme of an older file).
+      await redisProcess.kill();
+      // The editors go at once (another node may serve them); the copy stays.
+      await waitFor(() => evicted.length > 0, 'the editors sent away', 10_000);
+      assert.deepEqual(evicted, ['moved']);
+      assert.equal(room.state, 'closed');
+      await delay(600);
+      assert.equal(rooms.peek(docId), room, 'the copy is kept while the store cannot be read');
+      await redisProcess.start();
+      await waitFor(() => rooms.peek(docId) === undefined, 'the repair', 15_000);
+      assert.deepEqual(evicted, ['moved', 'stale']);
+      const stored = await store.load(docId);
+      assert.ok(stored?.snapshot);
+      assert.notEqual(stored.epoch, epoch);
+      assert.equal(stored.version, 2);
+      assert.equal(schema.nodeFromJSON(stored.snapshot.doc).textContent, 'ba');
+    } finally {
+      rooms.closeAll();
+      await store.close();
+      await redisProcess.kill();
+    }
   });
 
   it('repairs it when the lease renewal is the first to find the lease gone', async () => {
