@@ -64,7 +64,9 @@ export interface StoredPosition {
 export type ResetOutcome = { ok: true } | { ok: false; reason: 'conflict' | 'lost' };
 
 /// What `load` returns: the newest snapshot (null when none was written yet) and the journal
-/// entries after it, in order, ending at `version`.
+/// entries after it, in order, ending at `version`: each entry starts where the one before it
+/// ends (the first may start before the snapshot's version), or the document is refused as
+/// corrupt.
 export interface StoredDocument {
   epoch: string;
   version: number;
