@@ -212,3 +212,33 @@ describe('flush interval under load', () => {
     }
   });
 });
+
+describe('flush interval without server-side rebasing', () => {
+  it('flushes every turn: a document that accepts one batch per version shown must not hold them', async () => {
+    const server = await startServer({
+      flushIntervalMs: 1000,
+      flushUsPerSocket: 1_000_000,
+      maxRebaseSteps: 0,
+    });
+    const a = rawSocket(server.url, 'strict', 'a');
+    try {
+      await ask(a, 'join', {});
+      const first = EditorState.create({ doc: emptyDoc() }).tr.insertText('one', 1);
+      assert.deepEqual(
+        await ask(a, 'steps', { version: 0, steps: first.steps.map((s) => s.toJSON()) }),
+        { ok: true, version: 1 },
+      );
+      // Held for the interval, every other editor's batch made at version 1 would be refused
+      // until the broadcast: one batch a second.
+      const startedAt = performance.now();
+      assert.deepEqual(await ask(a, 'steps', { version: 1, steps: typing('two', 1, first.doc) }), {
+        ok: true,
+        version: 2,
+      });
+      assert.ok(performance.now() - startedAt < 500, 'the second batch waited for the interval');
+    } finally {
+      a.close();
+      await server.close();
+    }
+  });
+});
