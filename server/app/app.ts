@@ -168,6 +168,14 @@ export function createScriptorium(
     // them away, after saving.
     http.close();
     const saved = await collab.close();
+    // The sockets it sent away close once their last packets (acknowledgements of the
+    // batches it finished, the `closing` notice) are written: `io.close` would discard what
+    // is still queued, and its client would learn only on rejoining that its batch landed. A
+    // moment for them.
+    const drainedBy = performance.now() + 500;
+    while (io.engine.clientsCount > 0 && performance.now() < drainedBy) {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
     // The engine's own sockets (handshakes in progress, other namespaces): bounded by the
     // same timeout as the rest, which `collab.close` has mostly used.
     await Promise.race([

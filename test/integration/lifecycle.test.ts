@@ -3,13 +3,16 @@ import { describe, it } from 'node:test';
 import { MemoryStore } from '../../server/stores/memory_store.js';
 import {
   StoreUnavailableError,
+  type AppendOutcome,
+  type AppendRequest,
   type Snapshot,
   type SnapshotOutcome,
   type StoredDocument,
 } from '../../server/stores/store.js';
 import { Random, editRandomly, openEditor } from '../support/editors.js';
 import { startServer } from '../support/server.js';
-import { waitFor } from '../support/wait.js';
+import { ask, rawSocket } from '../support/socket.js';
+import { delay, waitFor } from '../support/wait.js';
 
 /// A memory store that counts loads and can be told to fail its snapshot writes, as a store
 /// whose disk or network is gone would.
@@ -91,6 +94,51 @@ describe('document lifecycle', () => {
       assert.equal(stored?.snapshot?.version, editor.version);
     } finally {
       editor.close();
+      await server.close();
+    }
+  });
+
+  it('shutting down during an append still delivers its acknowledgement and the closing notice', async () => {
+    class SlowAppends extends MemoryStore {
+      override async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
+        await delay(300);
+        return super.append(docId, request);
+      }
+    }
+    const server = await startServer({}, new SlowAppends());
+    const socket = rawSocket(server.url, 'shutdown-ack', 'a');
+    try {
+      await ask(socket, 'join', {});
+      const heard: string[] = [];
+      socket.on('closing', (notice: { code: string }) => heard.push(`closing:${notice.code}`));
+      const acknowledged = new Promise<unknown>((resolve) =>
+        socket.emit(
+          'steps',
+          {
+            version: 0,
+            steps: [
+              {
+                stepType: 'replace',
+                from: 1,
+                to: 1,
+                slice: { content: [{ type: 'text', text: 'A' }] },
+              },
+            ],
+          },
+          resolve,
+        ),
+      );
+      await delay(50);
+      await server.close();
+      // Written just before the server closed its sockets: discarded with them, before.
+      assert.deepEqual(await Promise.race([acknowledged, delay(1000).then(() => 'lost')]), {
+        ok: true,
+        version: 1,
+      });
+      await waitFor(() => heard.length > 0, 'the closing notice', 1000);
+      assert.deepEqual(heard, ['closing:shutting-down']);
+    } finally {
+      socket.close();
       await server.close();
     }
   });
