@@ -141,6 +141,40 @@ describe('room failures', () => {
     }
   });
 
+  it('answers a snapshot asked for while an older one is written only once the newer version is stored', async () => {
+    /// Snapshots take 200 ms.
+    class SlowSnapshots extends MemoryStore {
+      override async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
+        await delay(200);
+        return super.snapshot(docId, snapshot);
+      }
+    }
+    const store = new SlowSnapshots();
+    const server = await startServer({ snapshotEverySteps: 1_000_000 }, store);
+    const a = rawSocket(server.url, 'snapshots', 'a');
+    try {
+      await ask(a, 'join', {});
+      assert.deepEqual(await ask(a, 'steps', { version: 0, steps: [insert('x')] }), {
+        ok: true,
+        version: 1,
+      });
+      const room = server.server.rooms.peek('snapshots')!;
+      const older = room.snapshot();
+      assert.deepEqual(await ask(a, 'steps', { version: 1, steps: [insert('y')] }), {
+        ok: true,
+        version: 2,
+      });
+      // What an unload or a shutdown asks: it used to get the answer of the one at version 1.
+      assert.equal(await room.snapshot(), true);
+      assert.equal(await older, true);
+      assert.equal((await store.load('snapshots'))?.snapshot?.version, 2);
+      assert.equal(room.needsSnapshot, false);
+    } finally {
+      a.close();
+      await server.close();
+    }
+  });
+
   it('does not unload a document while a batch is being journaled: the host is told of it', async () => {
     let snapshotEntered: () => void = () => {};
     /// Snapshots take 100 ms; appends land at once but take 300 ms to confirm (a slow sync).
