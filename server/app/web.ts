@@ -49,7 +49,14 @@ export function createWebRouter(options: WebRouterOptions = {}): Router {
   // machine's paths, which are nobody else's business. The page itself is served at `/d/:id`
   // only, with its own caching. Both answer the app's 404.
   router.use('/assets', (req, _res, next) => {
-    next(/\.map$/i.test(req.path) || req.path === '/index.html' ? 'router' : undefined);
+    // The path as the static server will look it up: decoded (`main.js.ma%70` is main.js.map).
+    let path: string;
+    try {
+      path = decodeURIComponent(req.path);
+    } catch {
+      return next('router');
+    }
+    next(/\.map$/i.test(path) || path === '/index.html' ? 'router' : undefined);
   });
   router.use(
     '/assets',
