@@ -270,7 +270,18 @@ export function attachProtocol(
   io.on('connection', (socket: ScriptoriumSocket) => {
     // First, so no handler (presence's included) ever sees a payload over the limits.
     socket.use(payloadGate(socket, options.json, () => strike(socket)));
-    attachPresence(io, socket, log, () => strike(socket));
+    attachPresence(
+      io,
+      socket,
+      log,
+      () => strike(socket),
+      (shown) => {
+        // A reader binds no client id, so it may have connected with one a writer took since:
+        // its caret must not be shown as that writer's.
+        const { readOnly, user, clientID } = shown.data;
+        return !readOnly || user === null || owners.mayUse(clientID, user, Date.now());
+      },
+    );
 
     socket.on(
       'join',

@@ -38,11 +38,15 @@ const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
 /// presences of the others in its room. Those may be at older versions than the newcomer's;
 /// clients re-announce themselves when they see a client id for the first time, so the
 /// newcomer soon has positions at current versions.
+///
+/// `mayShow` says whether a socket's presence may be shown under its client id now; one it
+/// refuses is dropped quietly (the socket did nothing wrong), and not told to newcomers.
 export function attachPresence(
   io: ScriptoriumNamespace,
   socket: ScriptoriumSocket,
   log: Logger,
   onMalformed: () => void = () => {},
+  mayShow: (socket: ScriptoriumSocket) => boolean = () => true,
 ): void {
   socket.on(
     'presence',
@@ -57,13 +61,13 @@ export function attachPresence(
         return protocolError(socket, update);
       }
       // An expired token reads and shows nothing more; the expiry sweep sends the socket away.
-      if (hasExpired(socket.data)) return;
+      if (hasExpired(socket.data) || !mayShow(socket)) return;
       const broadcast: PresenceBroadcast = { clientID: socket.data.clientID, ...update };
       let presence = presences.get(socket);
       if (!presence) {
         presence = new SocketPresence();
         presences.set(socket, presence);
-        introduce(io, socket);
+        introduce(io, socket, mayShow);
       }
       const now = Date.now();
       if (presence.timer === null && now - presence.lastSentAt >= presenceIntervalMs) {
@@ -77,7 +81,7 @@ export function attachPresence(
           () => {
             state.timer = null;
             try {
-              if (state.waiting && socket.connected)
+              if (state.waiting && socket.connected && mayShow(socket))
                 relay(socket, state, state.waiting, Date.now());
             } catch (err) {
               // A timer's throw would end the process; a lost cursor update costs nothing.
@@ -124,9 +128,14 @@ function relay(
 }
 
 /// Tells a socket that has just announced itself where everyone else in its room is.
-function introduce(io: ScriptoriumNamespace, socket: ScriptoriumSocket): void {
+function introduce(
+  io: ScriptoriumNamespace,
+  socket: ScriptoriumSocket,
+  mayShow: (socket: ScriptoriumSocket) => boolean,
+): void {
   for (const other of roomSockets(io, socket.data.docId)) {
-    if (other === socket || other.data.clientID === socket.data.clientID) continue;
+    if (other === socket || other.data.clientID === socket.data.clientID || !mayShow(other))
+      continue;
     const sent = presences.get(other)?.sent;
     if (sent) socket.emit('presence', sent);
   }

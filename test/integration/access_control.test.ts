@@ -177,6 +177,43 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
     }
   });
 
+  it('does not show a reader`s presence under a client id a writer took after it connected', async () => {
+    // A reader binds no id, so it can connect first with one a writer then claims.
+    const rita = await connect(server, 'carets', {
+      clientID: 'will-1',
+      token: await token('rita', '*', 'read'),
+    });
+    const will = await connect(server, 'carets', {
+      clientID: 'will-1',
+      token: await token('will', '*', 'write'),
+    });
+    const watcher = await connect(server, 'carets', {
+      clientID: 'watcher-1',
+      token: await token('wanda', '*', 'read'),
+    });
+    try {
+      // The writer makes the document; a reader cannot.
+      for (const socket of [will, rita, watcher]) {
+        const joined = await ask<SyncAnswer>(socket, 'join', {});
+        assert.ok(joined.ok, JSON.stringify(joined));
+      }
+      const seen: string[] = [];
+      watcher.on('presence', (presence: { clientID: string; name: string }) =>
+        seen.push(`${presence.clientID}:${presence.name}`),
+      );
+      const at = (name: string) => ({ version: 0, anchor: 1, head: 1, name, color: '#112233' });
+      rita.emit('presence', at('Will (spoofed)'));
+      will.emit('presence', at('Will'));
+      watcher.emit('presence', at('Wanda'));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      // Will's caret, relayed and told to the watcher as a newcomer; never the reader's.
+      assert.ok(seen.length > 0, 'the writer`s presence');
+      assert.deepEqual(new Set(seen), new Set(['will-1:Will']));
+    } finally {
+      for (const socket of [rita, will, watcher]) socket.close();
+    }
+  });
+
   it('GET /docs/:id needs a bearer token with read access: 401 without, 403 out of scope', async () => {
     const writer = await connect(server, 'readable', {
       clientID: 'w2',
