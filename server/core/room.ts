@@ -746,6 +746,7 @@ export class Room {
   private askStore(decide: (stored: StoredPosition | null) => void, unreadable: () => void): void {
     const started = performance.now();
     let wait = 250;
+    let told = false;
     const ask = (): void => {
       let loaded: ReturnType<Store['load']>;
       try {
@@ -766,7 +767,10 @@ export class Room {
               decide(null);
               return;
             }
-            if (wait === 250) unreadable();
+            if (!told) {
+              told = true;
+              unreadable();
+            }
             this.log.warn(
               { doc: this.docId, err, retryMs: wait },
               'the store cannot be read; this copy is kept until it answers',
