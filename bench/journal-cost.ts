@@ -15,7 +15,8 @@ const usage = `Usage: npm run bench:journal -- [options]
   --editors N    editors (default 200)
   --docs D       documents they are spread over (default 20)
   --duration S   editing seconds per run (default 40; the first 10-s window is warm-up)
-  --rounds N     memory/redis/file rounds (default 3)
+  --rounds N     rounds of the stores (default 3)
+  --stores LIST  which stores, in this order, comma-separated (default memory,redis,file)
   --redis URL    Redis to journal to (default redis://127.0.0.1:6379)
   --seed N       seed (default 1)
   --help         show this text
@@ -30,6 +31,7 @@ async function main(): Promise<number> {
       docs: { type: 'string', default: '20' },
       duration: { type: 'string', default: '40' },
       rounds: { type: 'string', default: '3' },
+      stores: { type: 'string', default: 'memory,redis,file' },
       redis: { type: 'string', default: 'redis://127.0.0.1:6379' },
       seed: { type: 'string', default: '1' },
       help: { type: 'boolean', short: 'h' },
@@ -50,8 +52,14 @@ async function main(): Promise<number> {
     process.stderr.write('bench:journal: numeric options take whole numbers\n');
     return 1;
   }
-  const stores = ['memory', 'redis', 'file'] as const;
-  const runs: Record<(typeof stores)[number], MeasuredRun[]> = { memory: [], redis: [], file: [] };
+  const known = ['memory', 'redis', 'file'] as const;
+  type StoreName = (typeof known)[number];
+  const stores = values.stores!.split(',') as StoreName[];
+  if (stores.length === 0 || !stores.every((store) => known.includes(store))) {
+    process.stderr.write(`bench:journal: --stores takes some of ${known.join(', ')}\n`);
+    return 1;
+  }
+  const runs: Record<StoreName, MeasuredRun[]> = { memory: [], redis: [], file: [] };
   let converged = true;
   for (let round = 0; round < rounds; round++) {
     for (const store of stores) {
@@ -96,7 +104,7 @@ async function main(): Promise<number> {
   process.stdout.write(
     [
       '',
-      `${editors} editors over ${docs} documents at 5 edits/s, ${durationSec} s per run, ${rounds} rounds of memory/redis/file; medians over runs (server figures: median over steady windows, then over runs).`,
+      `${editors} editors over ${docs} documents at 5 edits/s, ${durationSec} s per run, ${rounds} rounds of ${stores.join('/')}; medians over runs (server figures: median over steady windows, then over runs).`,
       '',
       '| Store | Confirmed edits/s | Server p50 (ms) | Server p99 (ms) | Persist p99 (ms) | Client p50 (ms) | Client p99 (ms) | Server CPU ms / 1,000 batches | Runs |',
       '| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :--- |',
