@@ -19,6 +19,7 @@ import { DirectoryLock } from './directory_lock.js';
 import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
 import {
   WriteAheadLog,
+  defaultZeroAheadBytes,
   syncDirectory,
   syncDirectorySync,
   type LogRecord,
@@ -66,6 +67,10 @@ export interface FileStoreOptions {
   /// unwritable has its appends taken again soon, one that stays broken is not retried in a
   /// loop (each try writes its waiting entries to the log again). Default 1000.
   checkpointRetryMs?: number;
+  /// The log's files are filled with zeros this many bytes at a time ahead of its rounds, so
+  /// that a round's sync writes its data only, not the file's new size (see `WriteAheadLog`).
+  /// 0 to have every round extend the file. Default 2 MiB.
+  logZeroAheadBytes?: number;
   /// Told about stale locks taken over, crash leftovers removed and log records replayed.
   logger?: FileStoreLogger;
 }
@@ -284,7 +289,11 @@ export class FileStore implements Store {
       const recovered = WriteAheadLog.recover(this.dataDir);
       this.replay(recovered.records);
       WriteAheadLog.removeSync(this.dataDir, recovered.files);
-      this.log = new WriteAheadLog(this.dataDir, recovered.nextGeneration);
+      this.log = new WriteAheadLog(
+        this.dataDir,
+        recovered.nextGeneration,
+        options.logZeroAheadBytes ?? defaultZeroAheadBytes,
+      );
       this.oldestLog = recovered.nextGeneration;
     } catch (error) {
       this.lock.release();

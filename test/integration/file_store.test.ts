@@ -457,6 +457,107 @@ describe('FileStore write-ahead log', () => {
     await store.close();
   });
 
+  it('writes its rounds over zeros written ahead of them: the zeros end the log, a round with zeros in it is torn and dropped, unless a whole round follows', async () => {
+    const dir = await dataDir();
+    const ahead = 64 * 1024;
+    const writer = new FileStore({ dataDir: dir, checkpointMs: 60_000, logZeroAheadBytes: ahead });
+    await writer.append('ahead', appendOf(history, epoch, 0, 2));
+    for (let version = 2; version < 12; version++)
+      await writer.append('ahead', appendOf(history, epoch, version, version + 1));
+    // The first round made the file; the zeros written after it hold every later round, so
+    // none of those changed the file's size.
+    const [written] = await filesEndingWith(dir, '.wal');
+    const first = WriteAheadLog.round(logLine('ahead', 0, 2)).length;
+    await until(async () => (await readFile(written!)).length === first + ahead, 'zeros ahead');
+    const bytes = await readFile(written!);
+    const end = bytes.indexOf(0);
+    assert.ok(end > first, 'later rounds overwrote the zeros');
+    assert.ok(bytes.subarray(end).every((byte) => byte === 0));
+    // What a crash would leave: the log, zeros and all, replayed at the next open.
+    await writer.close();
+    const crashed = await dataDir();
+    const created = new FileStore({ dataDir: crashed });
+    await created.append('ahead', appendOf(history, epoch, 0, 2));
+    await created.close();
+    await writeFile(WriteAheadLog.path(crashed, 5), bytes);
+    const store = new FileStore({ dataDir: crashed, logZeroAheadBytes: ahead });
+    assert.equal((await store.load('ahead'))?.version, 12);
+    assert.ok(reconstruct((await store.load('ahead'))!).eq(history.docs[12]!));
+    await store.close();
+    // Rounds longer than the zeros ahead extend the file themselves.
+    const small = await dataDir();
+    const extending = new FileStore({
+      dataDir: small,
+      checkpointMs: 60_000,
+      logZeroAheadBytes: 16,
+    });
+    for (let version = 0; version < 12; version += 3)
+      await extending.append('long', appendOf(history, epoch, version, version + 3));
+    await extending.close();
+    const reread = new FileStore({ dataDir: small });
+    assert.equal((await reread.load('long'))?.version, 12);
+    await reread.close();
+
+    // A crash during a round: whichever of its pages did not reach the disk still hold the
+    // zeros. Its commits were never acknowledged, so it is dropped, wherever the zeros are.
+    const whole = Buffer.concat([
+      WriteAheadLog.round(logLine('torn', 0, 3)),
+      WriteAheadLog.round(logLine('torn', 3, 4)),
+    ]);
+    const third = WriteAheadLog.round(logLine('torn', 4, 6));
+    const body = third.indexOf('\n') + 1;
+    const tails = [Buffer.alloc(4096)];
+    const pagesLost = (from: number, to: number): Buffer => {
+      const copy = Buffer.from(third);
+      copy.fill(0, from, to);
+      return copy;
+    };
+    for (const [what, torn] of [
+      ['its end', pagesLost(body + 40, third.length)],
+      ['its middle', pagesLost(body + 10, body + 50)],
+      ['its header', pagesLost(0, 5)],
+      ['all of it', pagesLost(0, third.length)],
+    ] as const) {
+      const copy = await dataDir();
+      const created = new FileStore({ dataDir: copy });
+      await created.append('torn', appendOf(history, epoch, 0, 3));
+      await created.close();
+      await writeFile(WriteAheadLog.path(copy, 3), Buffer.concat([whole, torn, ...tails]));
+      const reopened = new FileStore({ dataDir: copy });
+      assert.equal((await reopened.load('torn'))?.version, 4, `zeros in ${what}`);
+      assert.ok(reconstruct((await reopened.load('torn'))!).eq(history.docs[4]!));
+      await reopened.close();
+    }
+    // A whole round after a torn one: that round's commits were acknowledged after the torn
+    // one was written, so the torn one was whole once. Damage, not a crash: refused.
+    const copy = await dataDir();
+    const fourth = WriteAheadLog.round(logLine('torn', 6, 7));
+    await writeFile(
+      WriteAheadLog.path(copy, 3),
+      Buffer.concat([whole, pagesLost(body + 10, body + 50), fourth, ...tails]),
+    );
+    assert.throws(
+      () => new FileStore({ dataDir: copy }),
+      new RegExp(
+        `at byte ${whole.length}: a whole round follows at byte ${whole.length + third.length}`,
+      ),
+    );
+    // The same after zeros where a header should be.
+    await writeFile(
+      WriteAheadLog.path(copy, 3),
+      Buffer.concat([whole, Buffer.alloc(100), fourth, ...tails]),
+    );
+    assert.throws(() => new FileStore({ dataDir: copy }), /a whole round follows/);
+    // A changed byte with no zeros in the round is damage, even in the last round.
+    const changed = Buffer.from(third);
+    changed[body + 12] = changed[body + 12] === 0x31 ? 0x32 : 0x31;
+    await writeFile(WriteAheadLog.path(copy, 3), Buffer.concat([whole, changed, ...tails]));
+    assert.throws(
+      () => new FileStore({ dataDir: copy }),
+      new RegExp(`at byte ${whole.length}: checksum mismatch`),
+    );
+  });
+
   it('supersedes on replay every record made on top of a failed round, not only the one at its version', async () => {
     const dir = await dataDir();
     const first = new FileStore({ dataDir: dir });
