@@ -90,6 +90,8 @@ export class WriteAheadLog {
   private scheduled = false;
   /// The write loop running now (or the last one): `close` waits on it.
   private draining: Promise<void> = Promise.resolve();
+  /// The closing of the files left (see `retire`): `close` waits on it.
+  private closingOld: Promise<void> = Promise.resolve();
   private bytesWritten = 0;
   /// Where the open file's next round goes, and how far the file has been written durably
   /// (rounds, or zeros ahead of them): a round that ends within it changes no metadata.
@@ -261,15 +263,26 @@ export class WriteAheadLog {
     // empty. Awaiting it (not polling) costs nothing while a write hangs on a stuck disk.
     if (this.scheduled) await new Promise<void>((resolve) => setImmediate(resolve));
     await this.draining;
-    await this.closeHandle();
+    const handle = this.handle;
+    const extension = this.extending;
+    this.handle = null;
+    this.extending = null;
+    await this.closingOld;
+    if (extension) await extension;
+    if (handle) await handle.close();
   }
 
-  /// Closes the open file once the zeros being written ahead in it have landed.
-  private async closeHandle(): Promise<void> {
-    const handle = this.handle;
+  /// Leaves the open file for the next round's: it is closed once the zeros being written in
+  /// it have landed (never under a write), off the rounds' path.
+  private retire(): void {
+    const old = this.handle!;
+    const extension = this.extending;
     this.handle = null;
-    if (this.extending) await this.extending;
-    if (handle) await handle.close();
+    this.extending = null;
+    this.closingOld = this.closingOld
+      .then(() => extension)
+      .then(() => old.close())
+      .catch(() => {});
   }
 
   private async drain(): Promise<void> {
@@ -296,7 +309,7 @@ export class WriteAheadLog {
   private async write(text: string): Promise<void> {
     let fresh = false;
     if (this.handle && this.handleGeneration !== this.generationNumber) {
-      await this.closeHandle().catch(() => {});
+      this.retire();
     }
     if (!this.handle) {
       this.handleGeneration = this.generationNumber;
@@ -334,9 +347,11 @@ export class WriteAheadLog {
   private writeAhead(handle: FileHandle): void {
     if (this.aheadBytes === 0 || this.extending || this.extendFailed) return;
     if (this.allocated - this.position >= this.aheadBytes / 2) return;
+    // A file `rotate` has left takes no more rounds.
+    if (this.handleGeneration !== this.generationNumber) return;
     const from = this.allocated;
     const zeros = zeroBuffer(this.aheadBytes);
-    this.extending = (async () => {
+    const extension: Promise<void> = (async () => {
       for (let done = 0; done < zeros.length;) {
         const { bytesWritten } = await handle.write(zeros, done, zeros.length - done, from + done);
         done += bytesWritten;
@@ -349,8 +364,9 @@ export class WriteAheadLog {
         if (this.handle === handle) this.extendFailed = true;
       })
       .finally(() => {
-        this.extending = null;
+        if (this.extending === extension) this.extending = null;
       });
+    this.extending = extension;
   }
 }
 
