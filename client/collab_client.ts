@@ -117,6 +117,12 @@ export class CollabClient {
   /// meanwhile would only send them again, and their refusal would ask for another such
   /// reload, which would drop what is typed after the first.
   private reloading = false;
+  /// Set while the server's steps or document are being applied. `beforeRemote` (a view
+  /// flushing what is still in the DOM) and `onState` may dispatch local edits meanwhile; a
+  /// batch sent then would be made on the state before the server's answer: the refused steps
+  /// of a reload again, or a batch that replaces the one whose landing the answer is about to
+  /// acknowledge. Sending waits for the answer to be applied (its callers send after it).
+  private applying = false;
   private inFlightSteps: StepJSON[] = [];
   /// The version our own steps in the last broadcast that carried any end at.
   private lastOwnRunEnd = -1;
@@ -196,10 +202,11 @@ export class CollabClient {
   }
 
   /// Resolves once the document is loaded (the first join answered); rejects if the server
-  /// refuses this client for good.
+  /// refuses this client for good, or once it is closed before that.
   ready(): Promise<void> {
     if (this.state) return Promise.resolve();
     if (this.status === 'failed') return Promise.reject(new Error(this.error?.message));
+    if (this.closed) return Promise.reject(new Error('the client is closed'));
     return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
   }
 
@@ -239,6 +246,8 @@ export class CollabClient {
     this.socket.close();
     this.setStatus('offline');
     for (const waiter of this.settleWaiters.splice(0))
+      waiter.reject(new Error('the client is closed'));
+    for (const waiter of this.readyWaiters.splice(0))
       waiter.reject(new Error('the client is closed'));
   }
 
@@ -291,6 +300,15 @@ export class CollabClient {
   }
 
   private applySync(answer: Extract<SyncAnswer, { ok: true }>, dropLocal = false): void {
+    this.applying = true;
+    try {
+      this.applySyncAnswer(answer, dropLocal);
+    } finally {
+      this.applying = false;
+    }
+  }
+
+  private applySyncAnswer(answer: Extract<SyncAnswer, { ok: true }>, dropLocal: boolean): void {
     const epochChanged = this.epoch !== null && this.epoch !== answer.epoch;
     // The server is behind us in our own epoch: its store lost steps we saw confirmed (it went
     // back to an older state). Its answer is the whole document, which we reload; what we saw
@@ -433,7 +451,12 @@ export class CollabClient {
 
   private onSteps(message: StepsBroadcast): void {
     if (!this.joined || !this.state) return;
-    this.receive(message.version, message.steps, message.clientIDs);
+    this.applying = true;
+    try {
+      this.receive(message.version, message.steps, message.clientIDs);
+    } finally {
+      this.applying = false;
+    }
     this.trySend();
   }
 
@@ -541,6 +564,7 @@ export class CollabClient {
       !this.state ||
       this.inFlight ||
       this.reloading ||
+      this.applying ||
       this.retryTimer !== null
     ) {
       this.refreshStatus();

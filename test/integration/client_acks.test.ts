@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
+import type { StepJSON } from '../../schema/index.js';
 import { MemoryStore } from '../../server/index.js';
 import type { AppendOutcome, AppendRequest } from '../../server/stores/store.js';
 import { openEditor } from '../support/editors.js';
@@ -90,6 +91,60 @@ describe('client acknowledgements', () => {
       assert.equal(editor.refusals['stale'], 1, 'the resend was refused, not applied twice');
       assert.equal(editor.acknowledgedVersion, 2);
       assert.deepEqual(acknowledged, [1, 2]);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
+  it('neither sends nor acknowledges a key flushed while a rejoin answer is applied, before it lands', async () => {
+    // "X" lands but its acknowledgement is lost with the connection; the room is unloaded
+    // meanwhile, so the rejoin answers with the whole document. While it is applied the view
+    // flushes a key, "Z" (`beforeRemote`). Sent then, "X" and "Z" went out as one batch that
+    // replaced the lost one, and "X"'s landing was reported with "Z" in it: "Z" was called
+    // durable before the server had it, and acknowledged a second time later.
+    const server = await startServer({ idleUnloadMs: 50 });
+    const acknowledged: { version: number; text: string }[] = [];
+    const sent: { version: number; text: string }[] = [];
+    const textOf = (steps: readonly StepJSON[]): string =>
+      steps.map((step) => JSON.stringify(step).match(/"text":"([^"]*)"/)?.[1] ?? '').join('');
+    let flushKey = false;
+    let editor: CollabClient | null = null;
+    editor = openEditor(server.url, 'flush-into-rejoin', {
+      clientID: 'ack-3',
+      reconnectDelayMs: 400,
+      reconnectDelayMaxMs: 400,
+      reconnectJitter: 0,
+      beforeRemote: () => {
+        if (!flushKey) return;
+        flushKey = false;
+        typeAtEnd(editor!, 'Z');
+      },
+      onAcknowledged: (version, steps) => acknowledged.push({ version, text: textOf(steps) }),
+    });
+    editor.socket.onAnyOutgoing((event, payload: { version: number; steps?: StepJSON[] }) => {
+      if (event === 'steps') sent.push({ version: payload.version, text: textOf(payload.steps!) });
+    });
+    try {
+      await waitFor(() => editor!.status === 'synced', 'joined');
+      typeAtEnd(editor, 'W');
+      await editor.settled();
+      typeAtEnd(editor, 'X');
+      editor.socket.io.engine.close();
+      flushKey = true;
+      await waitFor(() => editor!.reconnects >= 1 && !flushKey, 'the rejoin');
+      await waitFor(() => editor!.status === 'synced' && !editor!.hasUnconfirmed, 'settled');
+      assert.equal(editor.state!.doc.textContent, 'WXZ');
+      assert.deepEqual(sent, [
+        { version: 0, text: 'W' },
+        { version: 1, text: 'X' },
+        { version: 2, text: 'Z' },
+      ]);
+      assert.deepEqual(acknowledged, [
+        { version: 1, text: 'W' },
+        { version: 2, text: 'X' },
+        { version: 3, text: 'Z' },
+      ]);
     } finally {
       editor.close();
       await server.close();

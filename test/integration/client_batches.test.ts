@@ -114,4 +114,53 @@ describe('client: a step the server refuses for good', () => {
       await server.close();
     }
   });
+
+  it('keeps what is typed after the reload when the view flushes a key into the reload itself', async () => {
+    // A view flushes what is still in the DOM before remote changes are applied
+    // (`beforeRemote`): here one key, while the reload that drops the refused step is applied.
+    // Sent then, it went out on the state before the reload, refused step included; refused
+    // again, it asked for a second reload, which dropped what was typed after the first.
+    const server = await startServer();
+    let flushKey = false;
+    let editor: CollabClient | null = null;
+    const reloads: number[] = [];
+    const sent: string[][] = [];
+    editor = openEditor(server.url, 'flush-into-reload', {
+      beforeRemote: () => {
+        if (!flushKey) return;
+        flushKey = false;
+        type(editor!, 'p');
+      },
+      onReload: (info) => {
+        reloads.push(info.dropped);
+        // Typing goes on, on the reloaded document.
+        if (reloads.length === 1)
+          setTimeout(() => {
+            type(editor!, 'KEEP');
+            type(editor!, 'ME');
+          }, 0);
+      },
+    });
+    editor.socket.onAnyOutgoing((event, payload: { steps?: { stepType: string }[] }) => {
+      if (event === 'steps') sent.push(payload.steps!.map((step) => step.stepType));
+    });
+    try {
+      await waitFor(() => editor!.status === 'synced', 'the editor to join');
+      editor.dispatch(editor.state!.tr.setNodeAttribute(0, 'bogus', 1));
+      flushKey = true;
+      await waitFor(() => reloads.length === 1 && !flushKey, 'the reload');
+      await delay(300);
+      await waitFor(
+        () => editor!.status === 'synced' && !editor!.hasUnconfirmed,
+        'every key to be confirmed',
+      );
+      assert.deepEqual(reloads, [2], 'one reload, dropping the refused step and the key before it');
+      assert.equal(editor.state!.doc.textContent, 'KEEPME');
+      // The refused step was sent once.
+      assert.equal(sent.filter((steps) => steps.includes('attr')).length, 1, JSON.stringify(sent));
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
 });

@@ -58,6 +58,26 @@ class FailingOnceStore extends MemoryStore {
 }
 
 describe('client recovery', () => {
+  it('rejects ready() once closed before the document loaded, whether called before or after', async () => {
+    const server = await startServer();
+    const editor = openEditor(server.url, 'closed-before-ready');
+    try {
+      // Settled within a second, or the assertion fails (rather than the test hanging).
+      const within = (promise: Promise<void>): Promise<void> =>
+        Promise.race([
+          promise,
+          delay(1000).then(() => Promise.reject(new Error('ready() still pending'))),
+        ]);
+      const before = editor.ready();
+      editor.close();
+      await assert.rejects(within(before), /the client is closed/);
+      await assert.rejects(within(editor.ready()), /the client is closed/);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
   it('keeps an edit dispatched from onState while a broadcast of several runs is applied', async () => {
     // A long flush interval so that three editors' batches go out in one broadcast.
     const server = await startServer({ flushIntervalMs: 300, flushUsPerSocket: 1_000_000 });
