@@ -9,7 +9,7 @@ import {
   realpathSync,
   statSync,
   unlinkSync,
-  writeSync,
+  writeFileSync,
 } from 'node:fs';
 import { readFile, utimes } from 'node:fs/promises';
 import { hostname } from 'node:os';
@@ -233,7 +233,8 @@ function create(path: string, holder: LockHolder): boolean {
     throw error;
   }
   try {
-    writeSync(fd, JSON.stringify(holder) + '\n');
+    // Whole, however many write calls it takes (one can stop short, on a full disk).
+    writeFileSync(fd, JSON.stringify(holder) + '\n');
     fsyncSync(fd);
   } finally {
     closeSync(fd);

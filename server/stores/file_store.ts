@@ -1120,7 +1120,9 @@ export class FileStore implements Store {
   ): Promise<void> {
     const handle = await open(path, flag);
     try {
-      await handle.write(text);
+      // `writeFile`, not `write`: one write call may stop short (a full disk, a file size
+      // limit) without an error, and a journal cut short would pass for a crash's torn line.
+      await handle.writeFile(text);
       await handle.sync();
     } catch (error) {
       this.markSuspect(doc);

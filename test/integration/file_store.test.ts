@@ -10,7 +10,7 @@ import { FileStore, parseStateText } from '../../server/stores/file_store.js';
 import { StoreUnavailableError } from '../../server/stores/store.js';
 import { WriteAheadLog } from '../../server/stores/write_ahead_log.js';
 import { releaseWriter, wedge } from '../support/fifo.js';
-import { writerCommand } from '../support/file_store_writer.js';
+import { limitedWriterCommand, writerCommand } from '../support/file_store_writer.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 import { delay } from '../support/wait.js';
 
@@ -314,6 +314,44 @@ describe('FileStore write-ahead log', () => {
     assert.ok(replays >= 1, `${replays} of 3 opens after a kill replayed the log`);
     // The open replayed the log and deleted it; the close left nothing to replay.
     assert.deepEqual(await filesEndingWith(dir, '.wal'), []);
+  });
+
+  it('writes a journal whole when a write stops short, or fails the checkpoint: nothing acknowledged is cut off', async () => {
+    // Files limited to 16 KiB: the log's files stay small (a checkpoint every 1 KiB), the
+    // document's journal grows past the limit. The checkpoint's write that crosses it stops
+    // short without an error; taken as written, it was fsync'd, the log deleted, and replay
+    // cut the journal's torn last line and every entry after it.
+    const dir = await dataDir();
+    const [command, ...args] = limitedWriterCommand(
+      {
+        dataDir: dir,
+        docId: 'limited',
+        epoch,
+        steps: 400,
+        checkpointBytes: 1024,
+        checkpointMs: 60_000,
+        logZeroAheadBytes: 0,
+      },
+      16,
+    );
+    const child = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = once(child, 'exit');
+    let acknowledged = 0;
+    for await (const line of createInterface({ input: child.stdout }))
+      if (/^\d+$/.test(line)) acknowledged = Number(line);
+    const [code] = await exited;
+    assert.equal(code, 0, stderr);
+    assert.ok(acknowledged > 50 && acknowledged < 400, `${acknowledged} acknowledged: ${stderr}`);
+    // The journal could not be written past the limit: the checkpoints said so, and the log
+    // kept the entries.
+    assert.match(stderr, /checkpoint of a document failed.*EFBIG/);
+    const store = new FileStore({ dataDir: dir });
+    const stored = (await store.load('limited'))!;
+    assert.ok(stored.version >= acknowledged, `${stored.version} < acknowledged ${acknowledged}`);
+    assert.ok(reconstruct(stored).eq(typingHistory(400).docs[stored.version]!));
+    await store.close();
   });
 
   it('replays a log left by a crash: later records at a version win, a torn last line is dropped', async () => {

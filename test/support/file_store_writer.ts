@@ -56,3 +56,56 @@ export async function runWriter(options: WriterOptions): Promise<void> {
   // Wait for the kill: closing would checkpoint, which the test means to catch unfinished.
   setInterval(() => {}, 1000);
 }
+
+export interface LimitedWriterOptions {
+  dataDir: string;
+  docId: string;
+  epoch: string;
+  steps: number;
+  checkpointBytes: number;
+  checkpointMs: number;
+  logZeroAheadBytes: number;
+}
+
+/// The command line of a process that runs `runLimitedWriter(options)` with its files limited
+/// to `maxFileKiB` (`ulimit -f`): a write that crosses the limit stops short, and the next one
+/// fails with EFBIG, as on a full disk.
+export function limitedWriterCommand(options: LimitedWriterOptions, maxFileKiB: number): string[] {
+  const script =
+    `import { runLimitedWriter } from ${JSON.stringify(import.meta.url)};\n` +
+    `await runLimitedWriter(${JSON.stringify(options)});`;
+  const node = [process.execPath, '--input-type=module', '-e', script]
+    .map((word) => `'${word.replaceAll("'", `'\\''`)}'`)
+    .join(' ');
+  return ['bash', '-c', `ulimit -f ${maxFileKiB} && exec ${node}`];
+}
+
+/// Appends one step at a time to `docId` until an append is refused or `steps` are in,
+/// printing `<version>` for each one acknowledged and the store's warnings on stderr; then
+/// closes the store (`closed`, or `close failed`) and exits.
+export async function runLimitedWriter(options: LimitedWriterOptions): Promise<void> {
+  const history = typingHistory(options.steps);
+  const store = new FileStore({
+    dataDir: options.dataDir,
+    checkpointBytes: options.checkpointBytes,
+    checkpointMs: options.checkpointMs,
+    logZeroAheadBytes: options.logZeroAheadBytes,
+    logger: { warn: (obj, msg) => process.stderr.write(`${msg} ${JSON.stringify(obj)}\n`) },
+  });
+  let version = 0;
+  try {
+    while (version < options.steps) {
+      const append = appendOf(history, options.epoch, version, version + 1);
+      const outcome = await store.append(options.docId, append);
+      if (!outcome.ok) break;
+      version = outcome.version;
+      process.stdout.write(`${version}\n`);
+    }
+  } catch (error) {
+    process.stderr.write(`append refused: ${String(error)}\n`);
+  }
+  await store.close().then(
+    () => process.stdout.write('closed\n'),
+    (error: unknown) => process.stdout.write(`close failed: ${String(error)}\n`),
+  );
+}
