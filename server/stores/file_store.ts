@@ -259,6 +259,12 @@ export class FileStore implements Store {
   private oldestLog: number;
   private checkpointing: Promise<void> | null = null;
   private checkpointTimer: NodeJS.Timeout | null = null;
+  /// A log write failed while a checkpoint ran, which may have rotated before it: one more
+  /// follows at once (see `logWriteFailed`).
+  private checkpointAgain = false;
+  /// When the last checkpoint that a failed log write brought forward started.
+  private urgentCheckpointAt = 0;
+  private urgentCheckpointArmed = false;
   private closed = false;
   private closing: Promise<void> | null = null;
   private running = 0;
@@ -293,6 +299,7 @@ export class FileStore implements Store {
         this.dataDir,
         recovered.nextGeneration,
         options.logZeroAheadBytes ?? defaultZeroAheadBytes,
+        (error) => this.logWriteFailed(error),
       );
       this.oldestLog = recovered.nextGeneration;
     } catch (error) {
@@ -879,9 +886,50 @@ export class FileStore implements Store {
       })
       .finally(() => {
         this.checkpointing = null;
+        if (this.checkpointAgain) {
+          this.checkpointAgain = false;
+          this.armUrgentCheckpoint();
+          return;
+        }
         // Records committed while it ran wait for the next one.
         if (this.dirty.size > 0) this.scheduleCheckpoint();
       });
+  }
+
+  /// A round's write to the log failed. The log goes on in a new file, but whether the rounds acknowledged earlier in the failed one are on the disk
+  /// is in doubt: a failed write can leave pages of earlier writes lost after the fact (the
+  /// kernel reports a write-back error once, to whichever sync asks first), and some devices
+  /// report an error late, on a later write. Those entries are still in memory: a checkpoint
+  /// now writes them to the documents' journals and fsyncs them, instead of leaving them on
+  /// that file alone for up to `checkpointMs`. At most one such checkpoint per
+  /// `checkpointRetryMs`, so that a disk that keeps failing is not checkpointed in a loop.
+  private logWriteFailed(error: unknown): void {
+    if (this.closed) return;
+    if (this.checkpointing) {
+      this.checkpointAgain = true;
+      return;
+    }
+    if (this.urgentCheckpointArmed) return;
+    this.logger?.warn(
+      { dir: this.dataDir, err: error instanceof Error ? error.message : String(error) },
+      'file store: a write-ahead log write failed; checkpointing now, so that the entries ' +
+        'acknowledged before it do not depend on that log file',
+    );
+    this.armUrgentCheckpoint();
+  }
+
+  private armUrgentCheckpoint(): void {
+    if (this.closed) return;
+    if (this.checkpointTimer) clearTimeout(this.checkpointTimer);
+    this.urgentCheckpointArmed = true;
+    const wait = Math.max(0, this.urgentCheckpointAt + this.checkpointRetryMs - Date.now());
+    this.checkpointTimer = setTimeout(() => {
+      this.checkpointTimer = null;
+      this.urgentCheckpointArmed = false;
+      this.urgentCheckpointAt = Date.now();
+      this.startCheckpoint();
+    }, wait);
+    this.checkpointTimer.unref();
   }
 
   /// Moves later commits to a new log file, writes every dirty document's logged entries to

@@ -101,14 +101,27 @@ export class WriteAheadLog {
   /// rounds then extend the file themselves, as they would without them).
   private extending: Promise<void> | null = null;
   private extendFailed = false;
+  /// The file opened a second time for the zeros: the kernel reports a failed write-back once
+  /// per open file, so a round's own sync must not share its descriptor with the zeros' (whose
+  /// sync could take the error of a round's page, the round then counted as durable).
+  private zerosHandle: FileHandle | null = null;
   private readonly aheadBytes: number;
+  private readonly onFailure: ((error: unknown) => void) | null;
 
   /// `aheadBytes`: how many zeros to write ahead of the rounds at a time (once a file has less
   /// than half of that left ahead of its end); 0 to have every round extend the file.
-  constructor(dir: string, generation: number, aheadBytes = defaultZeroAheadBytes) {
+  /// `onFailure` is told of every failed round, after the log has moved on to a new file (see
+  /// `FileStore`).
+  constructor(
+    dir: string,
+    generation: number,
+    aheadBytes = defaultZeroAheadBytes,
+    onFailure: ((error: unknown) => void) | null = null,
+  ) {
     this.dir = dir;
     this.generationNumber = generation;
     this.aheadBytes = aheadBytes;
+    this.onFailure = onFailure;
   }
 
   /// The generation commits go to now.
@@ -264,11 +277,14 @@ export class WriteAheadLog {
     if (this.scheduled) await new Promise<void>((resolve) => setImmediate(resolve));
     await this.draining;
     const handle = this.handle;
+    const zeros = this.zerosHandle;
     const extension = this.extending;
     this.handle = null;
+    this.zerosHandle = null;
     this.extending = null;
     await this.closingOld;
     if (extension) await extension;
+    if (zeros) await zeros.close();
     if (handle) await handle.close();
   }
 
@@ -276,11 +292,14 @@ export class WriteAheadLog {
   /// it have landed (never under a write), off the rounds' path.
   private retire(): void {
     const old = this.handle!;
+    const zeros = this.zerosHandle;
     const extension = this.extending;
     this.handle = null;
+    this.zerosHandle = null;
     this.extending = null;
     this.closingOld = this.closingOld
       .then(() => extension)
+      .then(() => zeros?.close())
       .then(() => old.close())
       .catch(() => {});
   }
@@ -299,6 +318,7 @@ export class WriteAheadLog {
         // round stays the last thing in its file.
         if (this.handleGeneration === this.generationNumber) this.rotate();
         for (const commit of round) commit.reject(error);
+        this.onFailure?.(error);
         continue;
       }
       for (const commit of round) commit.resolve();
@@ -339,28 +359,42 @@ export class WriteAheadLog {
     this.position = end;
     if (end > this.allocated) this.allocated = end;
     if (this.handleGeneration === this.generationNumber) this.bytesWritten += round.length;
-    this.writeAhead(handle);
+    this.writeAhead();
   }
 
   /// Starts writing the next `aheadBytes` of zeros after the file's end, beside the rounds
   /// (which stay before that end meanwhile), once less than half of them is left.
-  private writeAhead(handle: FileHandle): void {
+  private writeAhead(): void {
     if (this.aheadBytes === 0 || this.extending || this.extendFailed) return;
     if (this.allocated - this.position >= this.aheadBytes / 2) return;
     // A file `rotate` has left takes no more rounds.
     if (this.handleGeneration !== this.generationNumber) return;
+    const handle = this.handle!;
+    const path = WriteAheadLog.path(this.dir, this.handleGeneration);
     const from = this.allocated;
     const zeros = zeroBuffer(this.aheadBytes);
     const extension: Promise<void> = (async () => {
+      if (!this.zerosHandle) {
+        const opened = await open(path, constants.O_WRONLY | (dsync ?? 0));
+        // Left meanwhile (`retire` or `close` saw no second handle to close): close it here.
+        if (this.handle !== handle) {
+          await opened.close();
+          return;
+        }
+        this.zerosHandle = opened;
+      }
+      const target = this.zerosHandle;
       for (let done = 0; done < zeros.length;) {
-        const { bytesWritten } = await handle.write(zeros, done, zeros.length - done, from + done);
+        const { bytesWritten } = await target.write(zeros, done, zeros.length - done, from + done);
         done += bytesWritten;
       }
-      if (dsync === undefined) await handle.datasync();
+      if (dsync === undefined) await target.datasync();
       if (this.handle === handle) this.allocated = from + zeros.length;
     })()
       .catch(() => {
         // Nothing depends on the zeros: the rounds extend the file themselves from here on.
+        // (A failed write-back of a round's page is reported to the round's own sync too,
+        // since the zeros have a descriptor of their own.)
         if (this.handle === handle) this.extendFailed = true;
       })
       .finally(() => {

@@ -354,6 +354,47 @@ describe('FileStore write-ahead log', () => {
     await store.close();
   });
 
+  it('checkpoints at once after a failed log write', async () => {
+    // Files limited to 16 KiB, checkpoints every 60 s or 1 MiB: the log's round that crosses
+    // the limit fails. A failed log write leaves in doubt what the same file acknowledged
+    // before it; those entries were left on it until the next checkpoint. Now one starts at
+    // once and takes them to the journal.
+    const dir = await dataDir();
+    const steps = 400;
+    const [command, ...args] = limitedWriterCommand(
+      {
+        dataDir: dir,
+        docId: 'urgent',
+        epoch,
+        steps,
+        checkpointBytes: 1024 * 1024,
+        checkpointMs: 60_000,
+        logZeroAheadBytes: 0,
+        pauseMs: 500,
+      },
+      16,
+    );
+    const child = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = once(child, 'exit');
+    let acknowledged = 0;
+    let logFiles = -1;
+    for await (const line of createInterface({ input: child.stdout })) {
+      if (/^\d+$/.test(line)) acknowledged = Number(line);
+      const count = /^wal files (\d+)$/.exec(line);
+      if (count) logFiles = Number(count[1]);
+    }
+    assert.equal((await exited)[0], 0, stderr);
+    assert.match(stderr, /a write-ahead log write failed; checkpointing now.*EFBIG/);
+    assert.ok(acknowledged > 20 && acknowledged < steps, `${acknowledged} acknowledged`);
+    // Within the pause, long before the close: the checkpoint ran and deleted the log.
+    assert.equal(logFiles, 0, stderr);
+    const store = new FileStore({ dataDir: dir });
+    assert.ok((await store.load('urgent'))!.version >= acknowledged);
+    await store.close();
+  });
+
   it('replays a log left by a crash: later records at a version win, a torn last line is dropped', async () => {
     const dir = await dataDir();
     const first = new FileStore({ dataDir: dir });

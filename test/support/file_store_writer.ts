@@ -1,5 +1,7 @@
+import { readdir } from 'node:fs/promises';
 import { FileStore } from '../../server/stores/file_store.js';
 import { appendOf, typingHistory } from './store_fixtures.js';
+import { delay } from './wait.js';
 
 // For a child process of the file store's crash test (`writerCommand` starts one): appends the typing history to `docs`
 // documents at once, through one FileStore on `dataDir`, and prints `<docId> <version>` for
@@ -65,6 +67,9 @@ export interface LimitedWriterOptions {
   checkpointBytes: number;
   checkpointMs: number;
   logZeroAheadBytes: number;
+  /// After the last append, wait this long and print `wal files <count>` (the log files in
+  /// `dataDir`) before closing.
+  pauseMs?: number;
 }
 
 /// The command line of a process that runs `runLimitedWriter(options)` with its files limited
@@ -103,6 +108,11 @@ export async function runLimitedWriter(options: LimitedWriterOptions): Promise<v
     }
   } catch (error) {
     process.stderr.write(`append refused: ${String(error)}\n`);
+  }
+  if (options.pauseMs !== undefined) {
+    await delay(options.pauseMs);
+    const logs = (await readdir(options.dataDir)).filter((name) => name.endsWith('.wal'));
+    process.stdout.write(`wal files ${logs.length}\n`);
   }
   await store.close().then(
     () => process.stdout.write('closed\n'),
