@@ -239,6 +239,14 @@ export class CollabClient {
     if (tr.docChanged) this.trySend();
   }
 
+  /// Lets the view turn input it has not read yet into a transaction (`beforeRemote`), before
+  /// something other than that input changes the state: remote steps, a reload, or another
+  /// editor's presence redrawn (`Presence`). A redraw writes the state's selection back into
+  /// the DOM, over a key the view has not read yet.
+  readPendingInput(): void {
+    this.options.beforeRemote?.();
+  }
+
   /// Disconnects for good and stops every timer.
   close(): void {
     this.closed = true;

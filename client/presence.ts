@@ -90,8 +90,11 @@ export class Presence {
   private readonly known = new Map<string, PresenceBroadcast>();
 
   constructor(options: PresenceOptions) {
-    this.name = options.name;
-    this.color = options.color;
+    // Checked as `setIdentity` checks them: the server refuses a presence with a longer name
+    // or another colour format, and counts each as a protocol error, until it closes the
+    // connection.
+    this.name = displayName(options.name);
+    this.color = presenceColorPattern.test(options.color) ? options.color : defaultColor;
     this.intervalMs = options.intervalMs ?? 50;
     this.plugin = presencePlugin();
   }
@@ -145,7 +148,7 @@ export class Presence {
 
   /// Changes the name or colour shown to others, and tells them.
   setIdentity(name: string, color: string): void {
-    this.name = name.slice(0, presenceNameMaxLength) || 'Anonymous';
+    this.name = displayName(name);
     if (presenceColorPattern.test(color)) this.color = color;
     this.schedule(true);
   }
@@ -157,8 +160,11 @@ export class Presence {
   }
 
   private apply(action: PresenceAction): void {
-    const state = this.client?.state;
-    if (!this.client || !state) return;
+    if (!this.client?.state) return;
+    // A key the view has not read yet (a selection moved in the DOM) would be undone by the
+    // redraw, which writes the state's older selection back.
+    this.client.readPendingInput();
+    const state = this.client.state;
     this.client.dispatch(state.tr.setMeta(presenceKey, action));
   }
 
@@ -195,6 +201,13 @@ export class Presence {
     this.lastSentAt = Date.now();
     this.client.socket.emit('presence', update);
   }
+}
+
+const defaultColor = '#6b7280';
+
+/// A name the server takes: cut to its length limit, never empty.
+function displayName(name: string): string {
+  return name.slice(0, presenceNameMaxLength) || 'Anonymous';
 }
 
 /// The plugin behind `Presence.plugin`, usable on its own: feed it presences with transactions

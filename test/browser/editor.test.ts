@@ -314,6 +314,38 @@ describe('browser editor', () => {
     assert.deepEqual(await shownText(bob.page, 'strong'), ['line']);
   });
 
+  it("keeps a selection change the view has not read yet when another editor's caret is redrawn", async () => {
+    // A key moves the selection in the DOM; the view reads it on the next `selectionchange`.
+    // A presence redrawn in between wrote the state's older selection back into the DOM, and
+    // the key was lost (the likely cause of a failure of the caret test above, seen once).
+    const ada = await openEditor('browser-pending-selection', 'Ada', '#d7263d');
+    await ada.page.locator('.ProseMirror').click();
+    await ada.page.keyboard.type('First line');
+    await converged('browser-pending-selection', [ada]);
+    for (const withPresence of [false, true]) {
+      await caretAtEnd(ada.page, 0);
+      const selected = await ada.page.evaluate(async (redraw) => {
+        const editor = window.__scriptorium!;
+        document.getSelection()!.modify('extend', 'backward', 'character');
+        if (redraw) {
+          const onPresence = editor.client.socket.listeners('presence')[0]!;
+          onPresence({
+            clientID: 'zed-1',
+            name: 'Zed',
+            color: '#112233',
+            version: editor.client.version,
+            anchor: 1,
+            head: 1,
+          });
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        const { doc, selection } = editor.view!.state;
+        return doc.textBetween(selection.from, selection.to);
+      }, withPresence);
+      assert.equal(selected, 'e', withPresence ? 'with a caret redrawn' : 'alone');
+    }
+  });
+
   it('explains an address that is not a document, and a new document gets a fresh address', async () => {
     const context = await browser.newContext();
     try {

@@ -8,8 +8,13 @@ import { rawSocket } from '../support/socket.js';
 import { waitFor } from '../support/wait.js';
 
 /// A headless editor with the presence plugin wired as the browser editor wires it.
-function editorWithPresence(url: string, docId: string, name: string): CollabClient {
-  const presence = new Presence({ name, color: '#112233' });
+function editorWithPresence(
+  url: string,
+  docId: string,
+  name: string,
+  color = '#112233',
+): CollabClient {
+  const presence = new Presence({ name, color });
   const client = openEditor(url, docId, {
     plugins: [presence.plugin],
     onState: (state, tr) => presence.stateChanged(state, tr),
@@ -55,6 +60,28 @@ describe('presence in the client', () => {
       raw.close();
       viewer.close();
       writer.close();
+    }
+  });
+
+  it('shows a caret whose name or colour the server would refuse, fixed up, instead of failing', async () => {
+    // The server takes names of up to 64 characters and colours as #rrggbb, and counts every
+    // other presence as a protocol error until it closes the connection: given as is to the
+    // constructor, they ended the editor's session.
+    const docId = 'presence-client-identity';
+    const viewer = editorWithPresence(server.url, docId, 'Viewer');
+    const long = editorWithPresence(server.url, docId, 'L'.repeat(68), '#f00');
+    try {
+      await Promise.all([viewer.ready(), long.ready()]);
+      long.dispatch(long.state!.tr.insertText('Hi', 1));
+      const cursor = () => remoteCursors(viewer.state!).find((c) => c.clientID === long.clientID);
+      await waitFor(() => cursor()?.head === 3, 'the caret after Hi');
+      assert.equal(cursor()!.name, 'L'.repeat(64));
+      assert.match(cursor()!.color, /^#[0-9a-f]{6}$/i);
+      assert.equal(long.status, 'synced');
+      assert.equal(long.error, null);
+    } finally {
+      viewer.close();
+      long.close();
     }
   });
 });
