@@ -105,9 +105,17 @@ export function attachPresence(
       const clientID = socket.data.clientID;
       // A client that reconnected may have a new socket here before the server noticed the old
       // one was gone (a dropped network is only detected by the ping timeout): its cursor must
-      // not vanish for everyone when the old socket finally leaves.
+      // not vanish for everyone when the old socket finally leaves. Only a socket whose cursor
+      // others see counts: a reader that showed itself under this id before a writer took it
+      // is shown no longer, and would keep the writer's cursor on screen after it left.
       for (const other of roomSockets(io, docId)) {
-        if (other !== socket && other.data.clientID === clientID && presences.has(other)) return;
+        if (
+          other !== socket &&
+          other.data.clientID === clientID &&
+          presences.get(other)?.sent &&
+          mayShow(other)
+        )
+          return;
       }
       // The socket has already left its rooms by now, so this reaches only the others.
       io.to(docId).emit('presence-leave', { clientID });

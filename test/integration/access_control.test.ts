@@ -11,6 +11,7 @@ import type { MetricsWindow } from '../../metrics/index.js';
 import { noAdmissionLimits } from '../support/hostile.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { ask } from '../support/socket.js';
+import { delay, waitFor } from '../support/wait.js';
 
 // The standalone server's access control, with real tokens, sockets and HTTP: JWTs in the
 // handshake and on `GET /docs/:id`, read and write access, expiry, client ids bound to users,
@@ -211,6 +212,52 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       assert.deepEqual(new Set(seen), new Set(['will-1:Will']));
     } finally {
       for (const socket of [rita, will, watcher]) socket.close();
+    }
+  });
+
+  it('removes a writer`s caret when it leaves, though a reader shown earlier under its id stays', async () => {
+    const maker = await connect(server, 'ghost', {
+      clientID: 'maker-1',
+      token: await token('mia', '*', 'write'),
+    });
+    const watcher = await connect(server, 'ghost', {
+      clientID: 'watcher-2',
+      token: await token('wanda', '*', 'read'),
+    });
+    // A reader binds no id: it shows itself under one nobody holds yet.
+    const rita = await connect(server, 'ghost', {
+      clientID: 'will-2',
+      token: await token('rita', '*', 'read'),
+    });
+    try {
+      for (const socket of [maker, watcher, rita]) {
+        const joined = await ask<SyncAnswer>(socket, 'join', {});
+        assert.ok(joined.ok, JSON.stringify(joined));
+      }
+      const shown = new Map<string, string>();
+      watcher.on('presence', (presence: { clientID: string; name: string }) =>
+        shown.set(presence.clientID, presence.name),
+      );
+      watcher.on('presence-leave', ({ clientID }: { clientID: string }) => shown.delete(clientID));
+      const at = (name: string) => ({ version: 0, anchor: 1, head: 1, name, color: '#112233' });
+      rita.emit('presence', at('Rita'));
+      await delay(150);
+      assert.equal(shown.get('will-2'), 'Rita');
+      // The writer who owns the id arrives, shows his caret, and leaves.
+      const will = await connect(server, 'ghost', {
+        clientID: 'will-2',
+        token: await token('will', '*', 'write'),
+      });
+      assert.ok((await ask<SyncAnswer>(will, 'join', {})).ok);
+      will.emit('presence', at('Will'));
+      await delay(150);
+      assert.equal(shown.get('will-2'), 'Will');
+      will.close();
+      // Rita's presence is not shown under the writer's id any more, so nothing stands for
+      // the caret on screen: it goes.
+      await waitFor(() => !shown.has('will-2'), "the writer's caret removed");
+    } finally {
+      for (const socket of [maker, watcher, rita]) socket.close();
     }
   });
 
