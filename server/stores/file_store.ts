@@ -875,6 +875,8 @@ export class FileStore implements Store {
       clearTimeout(this.checkpointTimer);
       this.checkpointTimer = null;
     }
+    // This one rotates the log too, so it covers a failed file an armed one was for.
+    this.urgentCheckpointArmed = false;
     this.checkpointing = this.checkpoint()
       .catch((error: unknown) => {
         // The log files stay; the next checkpoint deletes them.

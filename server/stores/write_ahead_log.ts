@@ -468,9 +468,11 @@ function readRounds(bytes: Buffer, path: string): LogRecord[] {
 /// ahead of the rounds.
 function wholeRoundAfter(bytes: Buffer, from: number): number {
   for (let at = bytes.indexOf(hash, from + 1); at !== -1; at = bytes.indexOf(hash, at + 1)) {
-    const end = bytes.indexOf(newline, at);
-    if (end === -1) return -1;
-    if (end - at > 20) continue;
+    // A header is at most 21 bytes with its newline: look no further (a '#' in a long line of
+    // text would otherwise search the rest of that line, once per '#').
+    const within = bytes.subarray(at, at + 21).indexOf(newline);
+    if (within === -1) continue;
+    const end = at + within;
     const header = roundHeader.exec(bytes.toString('latin1', at, end));
     if (!header) continue;
     const length = Number(header[1]);

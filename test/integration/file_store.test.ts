@@ -393,6 +393,23 @@ describe('FileStore write-ahead log', () => {
     const store = new FileStore({ dataDir: dir });
     assert.ok((await store.load('urgent'))!.version >= acknowledged);
     await store.close();
+
+    // Again after one started by the log's size took the place of one a failure had armed:
+    // that one covered the failed file, and the next failure starts its own.
+    const again = await dataDir();
+    const [command2, ...args2] = limitedWriterCommand(
+      { dataDir: again },
+      32,
+      'runUrgentCheckpoints',
+    );
+    const second = spawn(command2!, args2, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr2 = '';
+    second.stderr.on('data', (chunk: Buffer) => (stderr2 += chunk.toString()));
+    const exited2 = once(second, 'exit');
+    const lines: string[] = [];
+    for await (const line of createInterface({ input: second.stdout })) lines.push(line);
+    assert.equal((await exited2)[0], 0, stderr2);
+    assert.deepEqual(lines, ['urgent warnings 3', 'wal files 0']);
   });
 
   it('replays a log left by a crash: later records at a version win, a torn last line is dropped', async () => {
@@ -607,6 +624,17 @@ describe('FileStore write-ahead log', () => {
       assert.ok(reconstruct((await reopened.load('torn'))!).eq(history.docs[4]!));
       await reopened.close();
     }
+    // A torn round of text full of '#' (pasted, say): every one is looked at as a possible
+    // header of a whole round after it, each within a header's length.
+    const hashes = await dataDir();
+    const creator = new FileStore({ dataDir: hashes });
+    await creator.append('torn', appendOf(history, epoch, 0, 3));
+    await creator.close();
+    const pasted = Buffer.from(`#300000 0badc0de\n{"docId":"torn","x":"${'#'.repeat(200_000)}`);
+    await writeFile(WriteAheadLog.path(hashes, 3), Buffer.concat([whole, pasted, ...tails]));
+    const reopened = new FileStore({ dataDir: hashes });
+    assert.equal((await reopened.load('torn'))?.version, 4);
+    await reopened.close();
     // A whole round after a torn one: that round's commits were acknowledged after the torn
     // one was written, so the torn one was whole once. Damage, not a crash: refused.
     const copy = await dataDir();

@@ -72,13 +72,17 @@ export interface LimitedWriterOptions {
   pauseMs?: number;
 }
 
-/// The command line of a process that runs `runLimitedWriter(options)` with its files limited
-/// to `maxFileKiB` (`ulimit -f`): a write that crosses the limit stops short, and the next one
-/// fails with EFBIG, as on a full disk.
-export function limitedWriterCommand(options: LimitedWriterOptions, maxFileKiB: number): string[] {
+/// The command line of a process that runs `runLimitedWriter(options)` (or `run(options)`, one
+/// of this module's functions) with its files limited to `maxFileKiB` (`ulimit -f`): a write
+/// that crosses the limit stops short, and the next one fails with EFBIG, as on a full disk.
+export function limitedWriterCommand(
+  options: LimitedWriterOptions | { dataDir: string },
+  maxFileKiB: number,
+  run: 'runLimitedWriter' | 'runUrgentCheckpoints' = 'runLimitedWriter',
+): string[] {
   const script =
-    `import { runLimitedWriter } from ${JSON.stringify(import.meta.url)};\n` +
-    `await runLimitedWriter(${JSON.stringify(options)});`;
+    `import { ${run} } from ${JSON.stringify(import.meta.url)};\n` +
+    `await ${run}(${JSON.stringify(options)});`;
   const node = [process.execPath, '--input-type=module', '-e', script]
     .map((word) => `'${word.replaceAll("'", `'\\''`)}'`)
     .join(' ');
@@ -118,4 +122,55 @@ export async function runLimitedWriter(options: LimitedWriterOptions): Promise<v
     () => process.stdout.write('closed\n'),
     (error: unknown) => process.stdout.write(`close failed: ${String(error)}\n`),
   );
+}
+
+/// Under a 32 KiB file limit: makes log writes fail (a round of 600 steps) at chosen moments,
+/// with a checkpoint started by the log's size in between, and prints `urgent warnings <n>`
+/// (the warnings of checkpoints a failed log write started) and `wal files <n>` 1.5 s after
+/// the last failure.
+export async function runUrgentCheckpoints(options: { dataDir: string }): Promise<void> {
+  const history = typingHistory(700);
+  let urgent = 0;
+  const store = new FileStore({
+    dataDir: options.dataDir,
+    checkpointBytes: 4000,
+    checkpointMs: 60_000,
+    checkpointRetryMs: 1000,
+    logZeroAheadBytes: 0,
+    logger: {
+      warn: (_obj, msg) => {
+        if (msg.includes('a write-ahead log write failed')) urgent++;
+      },
+    },
+  });
+  const versions = new Map<string, number>();
+  const small = async (docId: string): Promise<void> => {
+    const version = versions.get(docId) ?? 0;
+    const outcome = await store.append(docId, appendOf(history, 'e1', version, version + 1));
+    if (!outcome.ok) throw new Error(JSON.stringify(outcome));
+    versions.set(docId, outcome.version);
+  };
+  const big = (docId: string): Promise<unknown> =>
+    store.append(docId, appendOf(history, 'e1', 0, 600)).then(
+      () => {
+        throw new Error('a round over the file limit was acknowledged');
+      },
+      () => {},
+    );
+  await small('a');
+  await big('big-1');
+  await delay(100);
+  // A second failure within `checkpointRetryMs` of the first: its checkpoint waits.
+  await small('a');
+  await big('big-2');
+  // Before it starts, the log reaches `checkpointBytes`: a checkpoint starts for that.
+  for (let i = 0; i < 60; i++) await small('b');
+  await delay(1500);
+  // A file acknowledges entries, then a round in it fails.
+  for (let i = 0; i < 5; i++) await small('c');
+  await big('big-3');
+  await delay(1500);
+  const logs = (await readdir(options.dataDir)).filter((name) => name.endsWith('.wal'));
+  process.stdout.write(`urgent warnings ${urgent}\nwal files ${logs.length}\n`);
+  await store.close();
 }
