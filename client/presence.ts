@@ -88,6 +88,12 @@ export class Presence {
   /// The last presence of every client we know, as received: re-placed after a reload, and
   /// what tells a newcomer (whom we then greet with our own presence) from a known editor.
   private readonly known = new Map<string, PresenceBroadcast>();
+  /// Our selection as of the last state change, in that state's document.
+  private selection: { anchor: number; head: number } | null = null;
+  /// The last presence sent lost its place being mapped back through our unconfirmed steps (a
+  /// caret inside or before text of ours the server has not confirmed): receivers will draw
+  /// it at the end of that text. Sent again as those steps are confirmed.
+  private imprecise = false;
 
   constructor(options: PresenceOptions) {
     // Checked as `setIdentity` checks them: the server refuses a presence with a longer name
@@ -119,15 +125,33 @@ export class Presence {
 
   /// Call with every state change (`CollabClientOptions.onState`): sends our presence when our
   /// own selection moved, and re-places known cursors after a reload.
-  stateChanged(_state: EditorState, tr: Transaction | null): void {
+  stateChanged(state: EditorState, tr: Transaction | null): void {
+    const before = this.selection;
+    this.selection = { anchor: state.selection.anchor, head: state.selection.head };
     if (tr === null) {
       if (this.known.size > 0) this.apply({ type: 'update', presences: [...this.known.values()] });
       this.schedule(true);
       return;
     }
-    // Remote steps carry `rebased`; our own presence bookkeeping carries our key. Neither is a
-    // move of our own selection (receivers map our cursor through remote steps themselves).
-    if (tr.getMeta('rebased') !== undefined || tr.getMeta(presenceKey) !== undefined) return;
+    // Our own presence bookkeeping: not a move of our selection.
+    if (tr.getMeta(presenceKey) !== undefined) return;
+    // A caret sent imprecisely is sent again with every change, such as the confirmation of
+    // our steps (a transaction with neither a step nor a selection of its own).
+    if (this.imprecise) {
+      this.schedule(false);
+      return;
+    }
+    if (tr.getMeta('rebased') !== undefined) {
+      // Remote steps. Receivers map our caret through them themselves, as any position:
+      // after text inserted right at it. Ours stays before such text (prosemirror-collab's
+      // `mapSelectionBackward`): that case is sent.
+      const apart =
+        before !== null &&
+        (tr.mapping.map(before.anchor, 1) !== state.selection.anchor ||
+          tr.mapping.map(before.head, 1) !== state.selection.head);
+      if (apart) this.schedule(false);
+      return;
+    }
     if (tr.selectionSet || tr.docChanged) this.schedule(false);
   }
 
@@ -189,10 +213,16 @@ export class Presence {
     if (!this.client || !state || !this.joined) return;
     let { anchor, head } = state.selection;
     const local = sendableSteps(state);
+    this.imprecise = false;
     if (local) {
-      const back = new Mapping(local.steps.map((step) => step.getMap())).invert();
+      const forward = new Mapping(local.steps.map((step) => step.getMap()));
+      const back = forward.invert();
       anchor = back.map(anchor, -1);
       head = back.map(head, -1);
+      // Receivers will map these forward through the same steps once confirmed, with bias 1.
+      this.imprecise =
+        forward.map(anchor, 1) !== state.selection.anchor ||
+        forward.map(head, 1) !== state.selection.head;
     }
     const update = { version: getVersion(state), anchor, head, name: this.name, color: this.color };
     const key = JSON.stringify(update);

@@ -2,10 +2,27 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Presence, remoteCursors, type CollabClient } from '../../client/index.js';
 import type { SyncAnswer } from '../../schema/index.js';
+import { MemoryStore } from '../../server/index.js';
+import type { AppendOutcome, AppendRequest } from '../../server/stores/store.js';
+import { TextSelection } from 'prosemirror-state';
 import { openEditor } from '../support/editors.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { rawSocket } from '../support/socket.js';
-import { waitFor } from '../support/wait.js';
+import { delay, waitFor } from '../support/wait.js';
+
+/// A store that takes `delayMs` to append a batch holding `marker`.
+class SlowStore extends MemoryStore {
+  constructor(
+    private readonly marker: string,
+    private readonly delayMs: number,
+  ) {
+    super();
+  }
+  override async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
+    if (JSON.stringify(request.steps).includes(this.marker)) await delay(this.delayMs);
+    return super.append(docId, request);
+  }
+}
 
 /// A headless editor with the presence plugin wired as the browser editor wires it.
 function editorWithPresence(
@@ -60,6 +77,61 @@ describe('presence in the client', () => {
       raw.close();
       viewer.close();
       writer.close();
+    }
+  });
+
+  it("draws an editor's caret before text another typed right at it, where that editor has it", async () => {
+    const docId = 'presence-client-same-spot';
+    const ada = editorWithPresence(server.url, docId, 'Ada');
+    const bob = editorWithPresence(server.url, docId, 'Bob');
+    const carol = editorWithPresence(server.url, docId, 'Carol');
+    try {
+      await Promise.all([ada.ready(), bob.ready(), carol.ready()]);
+      ada.dispatch(ada.state!.tr.insertText('abc', 1));
+      await waitFor(() => bob.version === 1 && carol.version === 1, 'abc everywhere');
+      // Both carets at the end of "abc"; Bob types there.
+      ada.dispatch(ada.state!.tr.setSelection(TextSelection.create(ada.state!.doc, 4)));
+      bob.dispatch(bob.state!.tr.setSelection(TextSelection.create(bob.state!.doc, 4)));
+      const adaIn = (editor: CollabClient) =>
+        remoteCursors(editor.state!).find((c) => c.clientID === ada.clientID)?.head;
+      // Past the throttle window: Ada's presence at version 1 has gone out.
+      await delay(200);
+      assert.equal(adaIn(bob), 4);
+      bob.dispatch(bob.state!.tr.insertText('XYZ'));
+      await waitFor(() => ada.version === 2 && carol.version === 2, 'XYZ everywhere');
+      // Ada's own caret stays before "XYZ" (prosemirror-collab maps it backward); the others
+      // draw it there too, not after the text.
+      assert.equal(ada.state!.selection.head, 4);
+      await waitFor(() => adaIn(bob) === 4 && adaIn(carol) === 4, "Ada's caret before XYZ");
+      await delay(200);
+      assert.equal(adaIn(bob), 4);
+      assert.equal(adaIn(carol), 4);
+    } finally {
+      for (const editor of [ada, bob, carol]) editor.close();
+    }
+  });
+
+  it('draws a caret moved inside text its editor has not had confirmed where it is, once confirmed', async () => {
+    // "Hello world" takes 300 ms to be confirmed; meanwhile its writer moves the caret back
+    // after "Hello". Mapped back through the unconfirmed step, that caret is the insertion's
+    // start, which receivers map to the end of "Hello world": sent again once confirmed.
+    const slow = await startServer({}, new SlowStore('Hello world', 300));
+    const docId = 'presence-client-unconfirmed';
+    const writer = editorWithPresence(slow.url, docId, 'Writer');
+    const viewer = editorWithPresence(slow.url, docId, 'Viewer');
+    try {
+      await Promise.all([writer.ready(), viewer.ready()]);
+      writer.dispatch(writer.state!.tr.insertText('Hello world', 1));
+      writer.dispatch(writer.state!.tr.setSelection(TextSelection.create(writer.state!.doc, 6)));
+      assert.ok(writer.hasUnconfirmed);
+      const drawn = () =>
+        remoteCursors(viewer.state!).find((c) => c.clientID === writer.clientID)?.head;
+      await waitFor(() => viewer.version === 1, 'the step confirmed');
+      await waitFor(() => drawn() === 6, 'the caret after Hello');
+    } finally {
+      writer.close();
+      viewer.close();
+      await slow.close();
     }
   });
 
