@@ -2,11 +2,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
 import type { StepJSON } from '../../schema/index.js';
-import { MemoryStore } from '../../server/index.js';
-import type { AppendOutcome, AppendRequest } from '../../server/stores/store.js';
 import { openEditor } from '../support/editors.js';
+import { SlowStore } from '../support/slow_store.js';
 import { startServer } from '../support/server.js';
-import { delay, waitFor } from '../support/wait.js';
+import { waitFor } from '../support/wait.js';
 
 // What the client reports as acknowledged (durable on the server) when connections drop
 // between a batch's broadcast and its acknowledgement. Real server, real sockets.
@@ -14,20 +13,6 @@ import { delay, waitFor } from '../support/wait.js';
 function typeAtEnd(editor: CollabClient, text: string): void {
   const state = editor.state!;
   editor.dispatch(state.tr.insertText(text, state.doc.firstChild!.nodeSize - 1));
-}
-
-/// A store that takes `delayMs` to append a batch holding `marker`.
-class SlowStore extends MemoryStore {
-  constructor(
-    private readonly marker: string,
-    private readonly delayMs: number,
-  ) {
-    super();
-  }
-  override async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
-    if (JSON.stringify(request.steps).includes(this.marker)) await delay(this.delayMs);
-    return super.append(docId, request);
-  }
 }
 
 describe('client acknowledgements', () => {

@@ -2,27 +2,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Presence, remoteCursors, type CollabClient } from '../../client/index.js';
 import type { SyncAnswer } from '../../schema/index.js';
-import { MemoryStore } from '../../server/index.js';
-import type { AppendOutcome, AppendRequest } from '../../server/stores/store.js';
 import { TextSelection } from 'prosemirror-state';
 import { openEditor } from '../support/editors.js';
+import { SlowStore } from '../support/slow_store.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { rawSocket } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';
-
-/// A store that takes `delayMs` to append a batch holding `marker`.
-class SlowStore extends MemoryStore {
-  constructor(
-    private readonly marker: string,
-    private readonly delayMs: number,
-  ) {
-    super();
-  }
-  override async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
-    if (JSON.stringify(request.steps).includes(this.marker)) await delay(this.delayMs);
-    return super.append(docId, request);
-  }
-}
 
 /// A headless editor with the presence plugin wired as the browser editor wires it.
 function editorWithPresence(
