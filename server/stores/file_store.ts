@@ -898,10 +898,11 @@ export class FileStore implements Store {
       });
   }
 
-  /// A round's write to the log failed. The log goes on in a new file, but whether the rounds acknowledged earlier in the failed one are on the disk
-  /// is in doubt: a failed write can leave pages of earlier writes lost after the fact (the
-  /// kernel reports a write-back error once, to whichever sync asks first), and some devices
-  /// report an error late, on a later write. Those entries are still in memory: a checkpoint
+  /// A round's write to the log failed. The log goes on in a new file, but whether the rounds
+  /// acknowledged earlier in the failed one are on the disk is in doubt: a failed write can
+  /// leave pages of earlier writes lost after the fact (the kernel reports a write-back error
+  /// once, to whichever sync asks first), and some devices report an error late, on a later
+  /// write. Those entries are still in memory: a checkpoint
   /// now writes them to the documents' journals and fsyncs them, instead of leaving them on
   /// that file alone for up to `checkpointMs`. At most one such checkpoint per
   /// `checkpointRetryMs`, so that a disk that keeps failing is not checkpointed in a loop.
