@@ -123,6 +123,8 @@ export class CollabClient {
   /// of a reload again, or a batch that replaces the one whose landing the answer is about to
   /// acknowledge. Sending waits for the answer to be applied (its callers send after it).
   private applying = false;
+  /// See `replacedMap`.
+  private replacing: ((pos: number) => number) | null = null;
   private inFlightSteps: StepJSON[] = [];
   /// The version our own steps in the last broadcast that carried any end at.
   private lastOwnRunEnd = -1;
@@ -237,6 +239,14 @@ export class CollabClient {
     this.state = this.state.apply(tr);
     this.options.onState?.(this.state, tr);
     if (tr.docChanged) this.trySend();
+  }
+
+  /// While `onState(state, null)` runs for a state that replaced the previous one (a reload,
+  /// or our batch as the server rebased it otherwise): maps a position of the previous state's
+  /// document to the new one's, as the selection was mapped (`Presence` moves remote carets
+  /// with it). Null at any other time, and after the first join.
+  get replacedMap(): ((pos: number) => number) | null {
+    return this.replacing;
   }
 
   /// Lets the view turn input it has not read yet into a transaction (`beforeRemote`), before
@@ -408,9 +418,11 @@ export class CollabClient {
       plugins: [collab({ version, clientID: this.clientID }), ...this.plugins],
     });
     let dropped = 0;
+    let replaced: ((pos: number) => number) | null = null;
     if (previous) {
       const keep = dropLocal ? 0 : landed;
       const moved = this.moveOnto(unconfirmed, keep, doc, dropLocal);
+      replaced = moved.map;
       dropped = unconfirmed.length - keep - moved.steps.length;
       const tr = state.tr;
       for (const step of moved.steps) tr.step(step);
@@ -422,7 +434,7 @@ export class CollabClient {
     }
     this.state = state;
     this.confirmedDoc = doc;
-    this.options.onState?.(state, null);
+    this.stateReplaced(state, replaced);
     if (previous) {
       const reason = dropLocal
         ? 'the server refused local steps'
@@ -561,8 +573,19 @@ export class CollabClient {
     this.state = next;
     this.confirmedDoc = doc;
     this.reconciles++;
-    this.options.onState?.(next, null);
+    this.stateReplaced(next, (pos) => moved.rebaser.mapAfter(pos));
     return next;
+  }
+
+  /// Tells `onState` of a state that replaced the previous one, with `replacedMap` set
+  /// meanwhile to `map` (positions of the previous state's document to the new one's).
+  private stateReplaced(state: EditorState, map: ((pos: number) => number) | null): void {
+    this.replacing = map;
+    try {
+      this.options.onState?.(state, null);
+    } finally {
+      this.replacing = null;
+    }
   }
 
   private trySend(): void {

@@ -21,6 +21,7 @@ export interface RemoteCursor {
 /// What a presence transaction tells the plugin (as the meta of `presenceKey`).
 type PresenceAction =
   | { type: 'update'; presences: readonly PresenceBroadcast[] }
+  | { type: 'place'; cursors: readonly RemoteCursor[] }
   | { type: 'leave'; clientID: string }
   | { type: 'clear' };
 
@@ -88,8 +89,8 @@ export class Presence {
   /// The last presence of every client we know, as received: re-placed after a reload, and
   /// what tells a newcomer (whom we then greet with our own presence) from a known editor.
   private readonly known = new Map<string, PresenceBroadcast>();
-  /// Our selection as of the last state change, in that state's document.
-  private selection: { anchor: number; head: number } | null = null;
+  /// The state of the last state change: its selection, and the cursors drawn in it.
+  private lastState: EditorState | null = null;
   /// The last presence sent lost its place being mapped back through our unconfirmed steps (a
   /// caret inside or before text of ours the server has not confirmed): receivers will draw
   /// it at the end of that text. Sent again as those steps are confirmed.
@@ -126,10 +127,10 @@ export class Presence {
   /// Call with every state change (`CollabClientOptions.onState`): sends our presence when our
   /// own selection moved, and re-places known cursors after a reload.
   stateChanged(state: EditorState, tr: Transaction | null): void {
-    const before = this.selection;
-    this.selection = { anchor: state.selection.anchor, head: state.selection.head };
+    const previous = this.lastState;
+    this.lastState = state;
     if (tr === null) {
-      if (this.known.size > 0) this.apply({ type: 'update', presences: [...this.known.values()] });
+      this.replaced(previous);
       this.schedule(true);
       return;
     }
@@ -145,14 +146,34 @@ export class Presence {
       // Remote steps. Receivers map our caret through them themselves, as any position:
       // after text inserted right at it. Ours stays before such text (prosemirror-collab's
       // `mapSelectionBackward`): that case is sent.
+      const before = previous?.selection;
       const apart =
-        before !== null &&
+        before !== undefined &&
         (tr.mapping.map(before.anchor, 1) !== state.selection.anchor ||
           tr.mapping.map(before.head, 1) !== state.selection.head);
       if (apart) this.schedule(false);
       return;
     }
     if (tr.selectionSet || tr.docChanged) this.schedule(false);
+  }
+
+  /// The state was replaced (a reload, or a batch of ours the server rebased otherwise): the
+  /// plugin starts afresh in it. The cursors drawn in `previous` are moved as the selection was
+  /// (`CollabClient.replacedMap`); the presences not drawn yet are placed from what they said.
+  private replaced(previous: EditorState | null): void {
+    const map = this.client?.replacedMap ?? null;
+    const drawn = previous && map ? remoteCursors(previous) : [];
+    const state = this.client?.state;
+    if (drawn.length > 0 && state) {
+      const size = state.doc.content.size;
+      const move = (pos: number): number => Math.max(0, Math.min(size, map!(pos)));
+      const cursors = drawn.map((c) => ({ ...c, anchor: move(c.anchor), head: move(c.head) }));
+      this.apply({ type: 'place', cursors });
+    }
+    const waiting = [...this.known.values()].filter(
+      (presence) => !drawn.some((cursor) => cursor.clientID === presence.clientID),
+    );
+    if (waiting.length > 0) this.apply({ type: 'update', presences: waiting });
   }
 
   /// Call with every status change (`CollabClientOptions.onStatus`): announces us after each
@@ -281,6 +302,11 @@ function presencePlugin(): Plugin<PresenceState> {
           for (const presence of action.presences) {
             cursors.delete(presence.clientID);
             ahead.set(presence.clientID, presence);
+          }
+        } else if (action?.type === 'place') {
+          for (const cursor of action.cursors) {
+            cursors.set(cursor.clientID, cursor);
+            ahead.delete(cursor.clientID);
           }
         } else if (action?.type === 'leave') {
           cursors.delete(action.clientID);

@@ -1,8 +1,11 @@
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import { EditorState, TextSelection } from 'prosemirror-state';
+import { Server, type Socket as ServerSocket } from 'socket.io';
 import { Presence, remoteCursors, type CollabClient } from '../../client/index.js';
-import type { SyncAnswer } from '../../schema/index.js';
-import { TextSelection } from 'prosemirror-state';
+import { schema, type SyncAnswer } from '../../schema/index.js';
 import { openEditor } from '../support/editors.js';
 import { SlowStore } from '../support/slow_store.js';
 import { startServer, type TestServer } from '../support/server.js';
@@ -117,6 +120,61 @@ describe('presence in the client', () => {
       writer.close();
       viewer.close();
       await slow.close();
+    }
+  });
+
+  it('keeps a remote caret in its place through a reload to a whole document', async () => {
+    // A scripted peer on a real Socket.io server: an idle editor's caret between "abc" and
+    // "def" at version 0, text typed in front of it, then a broadcast with a gap that the
+    // server can only fill with the whole document. The reload started the presence plugin
+    // afresh and placed the caret from its presence at version 0 again, unmapped.
+    const paragraph = (text: string) =>
+      schema.node('doc', null, [schema.node('paragraph', null, [schema.text(text)])]);
+    const doc0 = paragraph('abcdef');
+    const xyz = EditorState.create({ doc: doc0 }).tr.insertText('XYZ', 1).steps[0]!;
+    const doc1 = xyz.apply(doc0).doc!;
+    const bang = EditorState.create({ doc: doc1 }).tr.insertText('!', 10).steps[0]!;
+    const doc2 = bang.apply(doc1).doc!;
+    const http = createServer();
+    const io = new Server(http);
+    const peers: ServerSocket[] = [];
+    io.on('connection', (socket) => {
+      peers.push(socket);
+      socket.on('join', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+        ack({ ok: true, epoch: 'e', version: 0, doc: doc0.toJSON() }),
+      );
+      socket.on('pull', (_request: unknown, ack: (answer: SyncAnswer) => void) =>
+        ack({ ok: true, epoch: 'e', version: 2, doc: doc2.toJSON() }),
+      );
+      socket.on('presence', () => {});
+    });
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+    const viewer = editorWithPresence(url, 'reload', 'Viewer');
+    const bob = () => remoteCursors(viewer.state!).find((c) => c.clientID === 'bob');
+    const textBeforeBob = () => viewer.state!.doc.textBetween(0, bob()!.head);
+    try {
+      await viewer.ready();
+      const color = '#2e86ab';
+      peers[0]!.emit('presence', {
+        clientID: 'bob',
+        version: 0,
+        anchor: 4,
+        head: 4,
+        name: 'Bob',
+        color,
+      });
+      await waitFor(() => bob()?.head === 4, "Bob's caret");
+      peers[0]!.emit('steps', { version: 1, steps: [xyz.toJSON()], clientIDs: ['other'] });
+      await waitFor(() => viewer.version === 1, 'XYZ');
+      assert.equal(textBeforeBob(), 'XYZabc');
+      peers[0]!.emit('steps', { version: 3, steps: [bang.toJSON()], clientIDs: ['other'] });
+      await waitFor(() => viewer.version === 2, 'the reload');
+      assert.equal(viewer.state!.doc.textContent, 'XYZabcdef!');
+      assert.equal(textBeforeBob(), 'XYZabc');
+    } finally {
+      viewer.close();
+      io.close();
     }
   });
 
