@@ -158,9 +158,19 @@ function compareStretch(
   const pairs = performance.now() < deadline ? align(blocksA, blocksB) : inOrder(blocksA, blocksB);
   let fromA = posA;
   let fromB = posB;
+  // The pieces between pairs: one replacement, unless they are the same on both sides (the
+  // tokens of a list between its items' paragraphs), which keep their positions; replaced,
+  // they would drop a local step made at them (a list item lifted or sunk).
+  let nextA = 0;
+  let nextB = 0;
   for (const [old, added] of pairs) {
-    if (old.pos > fromA || added.pos > fromB)
+    const atA = stretchA.indexOf(old, nextA);
+    const atB = stretchB.indexOf(added, nextB);
+    const between = !sameKeys(stretchA.slice(nextA, atA), stretchB.slice(nextB, atB));
+    if (between && (old.pos > fromA || added.pos > fromB))
       ranges.push(fromA, old.pos - fromA, added.pos - fromB);
+    nextA = atA + 1;
+    nextB = atB + 1;
     // Another type or attributes: its start and end tokens are replaced, as a change of block
     // type maps them in ProseMirror; what is inside keeps its positions.
     const retyped = !old.node.sameMarkup(added.node);
@@ -172,7 +182,8 @@ function compareStretch(
   }
   const endA = posA + sizeOf(stretchA, 0, stretchA.length, pieceSize);
   const endB = posB + sizeOf(stretchB, 0, stretchB.length, pieceSize);
-  if (endA > fromA || endB > fromB) ranges.push(fromA, endA - fromA, endB - fromB);
+  const between = !sameKeys(stretchA.slice(nextA), stretchB.slice(nextB));
+  if (between && (endA > fromA || endB > fromB)) ranges.push(fromA, endA - fromA, endB - fromB);
 }
 
 function isTextblock(piece: Piece): boolean {

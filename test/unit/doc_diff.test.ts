@@ -2,12 +2,13 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { Fragment, type Node, type Slice } from 'prosemirror-model';
-import { EditorState } from 'prosemirror-state';
+import { liftListItem, sinkListItem } from 'prosemirror-schema-list';
+import { EditorState, TextSelection, type Transaction } from 'prosemirror-state';
 import type { StepMap } from 'prosemirror-transform';
 import { differenceMap } from '../../client/doc_diff.js';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
-import { emptyDoc, schema } from '../../schema/index.js';
+import { emptyDoc, rebaseSteps, schema } from '../../schema/index.js';
 
 // How the client reconstructs the change between the document it knew and the one a
 // whole-document catch-up brings: the places that differ, and nothing more.
@@ -276,6 +277,44 @@ describe('differenceMap', () => {
       for (const i of [0, 3, 19, 20, 21, 39]) {
         assert.equal(map!.map(textStart(list, i) + 2), textStart(changed, i) + 2, `${name}, ${i}`);
       }
+    }
+  });
+
+  it('keeps the tokens between paired paragraphs that are the same on both sides: a local lift or sink there survives', () => {
+    // Others edited text only, in the first and last items; the list's tokens between the
+    // items' paragraphs are the same in both documents. Counted as replaced, a local step at
+    // them (lifting or sinking an item) was dropped by the rebase.
+    const n = schema.nodes;
+    const p = (text: string) => n.paragraph.create(null, schema.text(text));
+    const li = (...content: Node[]) => n.list_item.create(null, content);
+    const base = n.doc.create(null, [
+      n.bullet_list.create(null, [li(p('alpha')), li(p('beta')), li(p('gamma'))]),
+      p('tail'),
+    ]);
+    const others = EditorState.create({ doc: base }).tr;
+    others.insertText('!!', 8);
+    others.insertText('GAMMA ', others.mapping.map(20));
+    const map = differenceMap(base, others.doc);
+    for (const [what, command, at] of [
+      ['lift the first item', liftListItem(n.list_item), 4],
+      ['sink the second item', sinkListItem(n.list_item), 12],
+    ] as const) {
+      let state = EditorState.create({ doc: base });
+      state = state.apply(state.tr.setSelection(TextSelection.create(state.doc, at)));
+      let local: Transaction | null = null;
+      assert.ok(
+        command(state, (tr) => (local = tr)),
+        what,
+      );
+      const steps = local!.steps;
+      const real = rebaseSteps(
+        steps,
+        others.steps.map((step) => step.getMap()),
+        others.doc,
+      );
+      const viaDiff = rebaseSteps(steps, map ? [map] : [], others.doc);
+      assert.equal(viaDiff.steps.length, steps.length, `${what}: every step kept`);
+      assert.ok(viaDiff.doc.eq(real.doc), `${what}: ${viaDiff.doc} against ${real.doc}`);
     }
   });
 
