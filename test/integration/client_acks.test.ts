@@ -56,7 +56,7 @@ describe('client acknowledgements', () => {
   it('reports a batch as acknowledged when it lands after the editor came back and resent it', async () => {
     // "B" takes 400 ms to journal: the editor is back and has joined before it is published,
     // sends it again (refused stale: the server has it already), and sees it in a broadcast.
-    const server = await startServer({}, new SlowStore('B', 400));
+    const server = await startServer({}, new SlowStore({ appendMs: 400, marker: 'B' }));
     const acknowledged: number[] = [];
     const editor = openEditor(server.url, 'ack-after-resend', {
       clientID: 'ack-2',

@@ -17,6 +17,7 @@ import {
   type CollabLimits,
 } from '../../server/index.js';
 import { CollabClient } from '../../client/index.js';
+import { SlowStore } from '../support/slow_store.js';
 import { ask } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';
 
@@ -442,13 +443,7 @@ describe('dropping rooms', () => {
     async () => {
       // Snapshots take 800 ms: a socket that joins and leaves while the idle unload waits for
       // one arms another unload timer for that room, which is still pending when it closes.
-      class SlowSnapshots extends MemoryStore {
-        override async snapshot(...args: Parameters<MemoryStore['snapshot']>) {
-          await delay(800);
-          return super.snapshot(...args);
-        }
-      }
-      const host = await startHost({ idleUnloadMs: 400 }, new SlowSnapshots());
+      const host = await startHost({ idleUnloadMs: 400 }, new SlowStore({ snapshotMs: 800 }));
       const writer = await attempt(host, 'D', 'a', 'amy:write');
       const joined = await ask<SyncAnswer>(writer.socket!, 'join', {});
       await ask<StepsAnswer>(writer.socket!, 'steps', {

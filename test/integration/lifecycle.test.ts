@@ -3,13 +3,12 @@ import { describe, it } from 'node:test';
 import { MemoryStore } from '../../server/stores/memory_store.js';
 import {
   StoreUnavailableError,
-  type AppendOutcome,
-  type AppendRequest,
   type Snapshot,
   type SnapshotOutcome,
   type StoredDocument,
 } from '../../server/stores/store.js';
 import { Random, editRandomly, openEditor } from '../support/editors.js';
+import { SlowStore } from '../support/slow_store.js';
 import { startServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';
@@ -99,13 +98,7 @@ describe('document lifecycle', () => {
   });
 
   it('shutting down during an append still delivers its acknowledgement and the closing notice', async () => {
-    class SlowAppends extends MemoryStore {
-      override async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
-        await delay(300);
-        return super.append(docId, request);
-      }
-    }
-    const server = await startServer({}, new SlowAppends());
+    const server = await startServer({}, new SlowStore({ appendMs: 300 }));
     const socket = rawSocket(server.url, 'shutdown-ack', 'a');
     try {
       await ask(socket, 'join', {});

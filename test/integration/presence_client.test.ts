@@ -103,7 +103,7 @@ describe('presence in the client', () => {
     // "Hello world" takes 300 ms to be confirmed; meanwhile its writer moves the caret back
     // after "Hello". Mapped back through the unconfirmed step, that caret is the insertion's
     // start, which receivers map to the end of "Hello world": sent again once confirmed.
-    const slow = await startServer({}, new SlowStore('Hello world', 300));
+    const slow = await startServer({}, new SlowStore({ appendMs: 300, marker: 'Hello world' }));
     const docId = 'presence-client-unconfirmed';
     const writer = editorWithPresence(slow.url, docId, 'Writer');
     const viewer = editorWithPresence(slow.url, docId, 'Viewer');

@@ -10,6 +10,7 @@ import {
   type StoredDocument,
 } from '../../server/stores/store.js';
 import { Random, editRandomly, openEditor } from '../support/editors.js';
+import { SlowStore } from '../support/slow_store.js';
 import { startServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';
@@ -142,14 +143,7 @@ describe('room failures', () => {
   });
 
   it('answers a snapshot asked for while an older one is written only once the newer version is stored', async () => {
-    /// Snapshots take 200 ms.
-    class SlowSnapshots extends MemoryStore {
-      override async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
-        await delay(200);
-        return super.snapshot(docId, snapshot);
-      }
-    }
-    const store = new SlowSnapshots();
+    const store = new SlowStore({ snapshotMs: 200 });
     const server = await startServer({ snapshotEverySteps: 1_000_000 }, store);
     const a = rawSocket(server.url, 'snapshots', 'a');
     try {
@@ -178,7 +172,7 @@ describe('room failures', () => {
   it('does not unload a document while a batch is being journaled: the host is told of it', async () => {
     let snapshotEntered: () => void = () => {};
     /// Snapshots take 100 ms; appends land at once but take 300 ms to confirm (a slow sync).
-    class SlowStore extends MemoryStore {
+    class SlowSyncStore extends MemoryStore {
       override async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
         snapshotEntered();
         await delay(100);
@@ -192,7 +186,7 @@ describe('room failures', () => {
     }
     const events: string[] = [];
     const collab = createCollab({
-      store: new SlowStore(),
+      store: new SlowSyncStore(),
       authenticate: null,
       limits: { idleUnloadMs: 200 },
       onUnload: (event) => void events.push(`unload@${event.version}`),
