@@ -13,7 +13,14 @@ import { StepMap } from 'prosemirror-transform';
 // - the streams' textblocks are matched first, the rest only between them; in each stretch
 //   that differs, textblocks are paired by how alike their text is (a paragraph edited, or
 //   made a heading) and compared character by character (marks left out: they move no
-//   position); the rest of the stretch was deleted or inserted.
+//   position); the rest of the stretch was deleted or inserted;
+// - a pair takes in the unpaired textblocks next to it when their texts read together are
+//   more alike: a paragraph others split in two (or two they joined) is one group, compared as
+//   one stream of characters and block tokens, so the split is an inserted pair of tokens and
+//   the text on both sides of it keeps its place. Paired one to one, the half left unpaired
+//   counted as deleted and an offline edit in it was dropped. Characters are compared across
+//   blocks only inside such a group: across a whole stretch, the unit-cost diff would match
+//   a deleted paragraph's letters with those of a new one.
 // What comes out is one map whose ranges are the places that differ: a position between them
 // keeps its place however much others changed elsewhere, and one inside them is taken as
 // deleted.
@@ -29,6 +36,8 @@ const maxCharEdits = 1000;
 const maxPairs = 40_000;
 /// How many characters at each end `likeness` compares.
 const likenessSpan = 256;
+/// The most textblocks one group of split or joined blocks takes in on each side.
+const maxGroup = 16;
 
 /// The change from `a` to `b` as the map of the replacements that turn one into the other, or
 /// null when no position moves (the two are equal, or differ only in marks). Positions are
@@ -143,8 +152,9 @@ function pieces(doc: Node): Piece[] {
 
 /// Appends the ranges for a stretch where the streams differ: pieces `stretchA` from `posA`
 /// in the old document stand where `stretchB` from `posB` stand in the new one. Textblocks on
-/// both sides are aligned in order by `similarity` (`align`); each pair is compared inside,
-/// and what lies between pairs is one replacement.
+/// both sides are aligned in order by `similarity` (`align`) and grouped with the unpaired
+/// ones a split or a join left next to them (`grouped`); each group is compared inside, and
+/// what lies between groups is one replacement.
 function compareStretch(
   stretchA: Piece[],
   posA: number,
@@ -155,35 +165,205 @@ function compareStretch(
 ): void {
   const blocksA = stretchA.filter(isTextblock);
   const blocksB = stretchB.filter(isTextblock);
-  const pairs = performance.now() < deadline ? align(blocksA, blocksB) : inOrder(blocksA, blocksB);
+  const inTime = performance.now() < deadline;
+  const pairs = inTime ? align(blocksA, blocksB) : inOrder(blocksA, blocksB);
+  const groups = inTime
+    ? grouped(pairs, blocksA, blocksB)
+    : pairs.map(([old, added]): Group => ({ olds: [old], news: [added] }));
   let fromA = posA;
   let fromB = posB;
-  // The pieces between pairs: one replacement, unless they are the same on both sides (the
+  // The pieces between groups: one replacement, unless they are the same on both sides (the
   // tokens of a list between its items' paragraphs), which keep their positions; replaced,
   // they would drop a local step made at them (a list item lifted or sunk).
   let nextA = 0;
   let nextB = 0;
-  for (const [old, added] of pairs) {
-    const atA = stretchA.indexOf(old, nextA);
-    const atB = stretchB.indexOf(added, nextB);
-    const between = !sameKeys(stretchA.slice(nextA, atA), stretchB.slice(nextB, atB));
+  for (const { olds, news } of groups) {
+    const firstA = stretchA.indexOf(olds[0]!, nextA);
+    const firstB = stretchB.indexOf(news[0]!, nextB);
+    const lastA = stretchA.indexOf(olds[olds.length - 1]!, firstA);
+    const lastB = stretchB.indexOf(news[news.length - 1]!, firstB);
+    const old = olds[0]!;
+    const added = news[0]!;
+    const between = !sameKeys(stretchA.slice(nextA, firstA), stretchB.slice(nextB, firstB));
     if (between && (old.pos > fromA || added.pos > fromB))
       ranges.push(fromA, old.pos - fromA, added.pos - fromB);
-    nextA = atA + 1;
-    nextB = atB + 1;
-    // Another type or attributes: its start and end tokens are replaced, as a change of block
-    // type maps them in ProseMirror; what is inside keeps its positions.
-    const retyped = !old.node.sameMarkup(added.node);
-    if (retyped) ranges.push(old.pos, 1, 1);
-    compareText(old.node, added.node, old.pos + 1, deadline, ranges);
-    if (retyped) ranges.push(old.pos + old.size - 1, 1, 1);
-    fromA = old.pos + old.size;
-    fromB = added.pos + added.size;
+    nextA = lastA + 1;
+    nextB = lastB + 1;
+    const endA = stretchA[lastA]!.pos + stretchA[lastA]!.size;
+    const endB = stretchB[lastB]!.pos + stretchB[lastB]!.size;
+    if (olds.length > 1 || news.length > 1) {
+      compareStream(
+        stretchA.slice(firstA, nextA),
+        old.pos,
+        stretchB.slice(firstB, nextB),
+        added.pos,
+        deadline,
+        ranges,
+      );
+    } else {
+      // Another type or attributes: its start and end tokens are replaced, as a change of
+      // block type maps them in ProseMirror; what is inside keeps its positions.
+      const retyped = !old.node.sameMarkup(added.node);
+      if (retyped) ranges.push(old.pos, 1, 1);
+      compareText(old.node, added.node, old.pos + 1, deadline, ranges);
+      if (retyped) ranges.push(endA - 1, 1, 1);
+    }
+    fromA = endA;
+    fromB = endB;
   }
   const endA = posA + sizeOf(stretchA, 0, stretchA.length, pieceSize);
   const endB = posB + sizeOf(stretchB, 0, stretchB.length, pieceSize);
   const between = !sameKeys(stretchA.slice(nextA), stretchB.slice(nextB));
   if (between && (endA > fromA || endB > fromB)) ranges.push(fromA, endA - fromA, endB - fromB);
+}
+
+/// Textblocks of the old document (`olds`) that became `news` in the new one: one pair, or
+/// more blocks on a side where others split or joined them.
+interface Group {
+  olds: Piece[];
+  news: Piece[];
+}
+
+/// Each pair of `pairs` (indices into `blocksA` and `blocksB`, in order) as a group, grown by
+/// the unpaired textblocks next to it on either side while their texts read together are more
+/// alike (`likeness`) than without them: "ab|cd" split into "ab" and "cd" pairs with one half,
+/// and the other half, read after or before it, makes the pair's text whole again. A block
+/// only ever goes to one group, and a group only takes blocks between its neighbours, so
+/// groups keep the documents' order.
+function grouped(pairs: [Piece, Piece][], blocksA: Piece[], blocksB: Piece[]): Group[] {
+  const indexA = new Map(blocksA.map((piece, i) => [piece, i]));
+  const indexB = new Map(blocksB.map((piece, i) => [piece, i]));
+  const groups: Group[] = [];
+  // The first blocks on each side that no group has taken.
+  let freeA = 0;
+  let freeB = 0;
+  for (let k = 0; k < pairs.length; k++) {
+    const i = indexA.get(pairs[k]![0])!;
+    const j = indexB.get(pairs[k]![1])!;
+    const limitA = k + 1 < pairs.length ? indexA.get(pairs[k + 1]![0])! : blocksA.length;
+    const limitB = k + 1 < pairs.length ? indexB.get(pairs[k + 1]![1])! : blocksB.length;
+    // The group is blocksA[a0..a1] and blocksB[b0..b1].
+    let [a0, a1, b0, b1] = [i, i, j, j];
+    const textA = () => joinedText(blocksA, a0, a1);
+    const textB = () => joinedText(blocksB, b0, b1);
+    let score = likeness(textA(), textB());
+    while (score < 1) {
+      const a = textA();
+      const b = textB();
+      const roomA = a1 - a0 < maxGroup - 1;
+      const roomB = b1 - b0 < maxGroup - 1;
+      // How alike the texts are with one more block taken in, each way (-1: no such block).
+      const ways = [
+        roomA && a0 > freeA ? likeness(blockText(blocksA[a0 - 1]!) + a, b) : -1,
+        roomA && a1 + 1 < limitA ? likeness(a + blockText(blocksA[a1 + 1]!), b) : -1,
+        roomB && b0 > freeB ? likeness(a, blockText(blocksB[b0 - 1]!) + b) : -1,
+        roomB && b1 + 1 < limitB ? likeness(a, b + blockText(blocksB[b1 + 1]!)) : -1,
+      ];
+      let way = -1;
+      for (let w = 0; w < ways.length; w++) {
+        if (ways[w]! > score && (way < 0 || ways[w]! > ways[way]!)) way = w;
+      }
+      if (way < 0) break;
+      if (way === 0) a0--;
+      else if (way === 1) a1++;
+      else if (way === 2) b0--;
+      else b1++;
+      score = ways[way]!;
+    }
+    groups.push({ olds: blocksA.slice(a0, a1 + 1), news: blocksB.slice(b0, b1 + 1) });
+    freeA = a1 + 1;
+    freeB = b1 + 1;
+  }
+  return groups;
+}
+
+function blockText(piece: Piece): string {
+  return (piece.text ??= piece.node.textContent);
+}
+
+function joinedText(blocks: Piece[], from: number, to: number): string {
+  let text = blockText(blocks[from]!);
+  for (let i = from + 1; i <= to; i++) text += blockText(blocks[i]!);
+  return text;
+}
+
+/// Appends the ranges that turn the pieces `stretchA` (from `posA`) into `stretchB` (from
+/// `posB`), read as one stream: each textblock as its start token, its characters and inline
+/// nodes, and its end token; each other piece whole. For a group of split or joined blocks,
+/// where characters may match across block boundaries. Past the edit limit or the time, the
+/// stretch between the first and the last difference is one replacement.
+function compareStream(
+  stretchA: Piece[],
+  posA: number,
+  stretchB: Piece[],
+  posB: number,
+  deadline: number,
+  ranges: number[],
+): void {
+  const a = stream(stretchA);
+  const b = stream(stretchB);
+  const left = deadline - performance.now();
+  const changes =
+    left > 0
+      ? diffArrays(a.keys, b.keys, { maxEditLength: maxCharEdits, timeout: left })
+      : undefined;
+  if (!changes) {
+    let head = 0;
+    const most = Math.min(a.keys.length, b.keys.length);
+    while (head < most && a.keys[head] === b.keys[head]) head++;
+    let tail = 0;
+    while (
+      tail < most - head &&
+      a.keys[a.keys.length - 1 - tail] === b.keys[b.keys.length - 1 - tail]
+    )
+      tail++;
+    const from = posA + sizeOf(a.sizes, 0, head, itself);
+    ranges.push(
+      from,
+      sizeOf(a.sizes, head, a.keys.length - tail - head, itself),
+      sizeOf(b.sizes, head, b.keys.length - tail - head, itself),
+    );
+    return;
+  }
+  let pos = posA;
+  forEachRun(changes, (common, fromA, removed, fromB, added) => {
+    const oldSize = sizeOf(a.sizes, fromA, removed, itself);
+    if (!common) ranges.push(pos, oldSize, sizeOf(b.sizes, fromB, added, itself));
+    pos += oldSize;
+  });
+}
+
+/// A stretch of pieces as `compareStream` reads it: a key per item (equal for items that are
+/// the same, marks left out of inline content) and the positions it takes.
+function stream(stretch: Piece[]): { keys: string[]; sizes: number[] } {
+  const keys: string[] = [];
+  const sizes: number[] = [];
+  for (const piece of stretch) {
+    const node = piece.node;
+    if (!node.isTextblock) {
+      keys.push(piece.key);
+      sizes.push(piece.size);
+      continue;
+    }
+    // Keys of one character are characters; every other key is longer.
+    keys.push(`<${JSON.stringify({ type: node.type.name, attrs: node.attrs, marks: node.marks })}`);
+    sizes.push(1);
+    node.forEach((child) => {
+      if (child.isText) {
+        const text = child.text!;
+        for (let i = 0; i < text.length; i++) {
+          keys.push(text[i]!);
+          sizes.push(1);
+        }
+      } else {
+        keys.push(`@${JSON.stringify({ type: child.type.name, attrs: child.attrs })}`);
+        sizes.push(child.nodeSize);
+      }
+    });
+    keys.push(`>${node.type.name}`);
+    sizes.push(1);
+  }
+  return { keys, sizes };
 }
 
 function isTextblock(piece: Piece): boolean {
@@ -366,6 +546,10 @@ function sameItem(x: InlineItem, y: InlineItem): boolean {
 
 function itemSize(item: InlineItem): number {
   return item.char === null ? item.node.nodeSize : 1;
+}
+
+function itself(size: number): number {
+  return size;
 }
 
 function pieceSize(piece: Piece): number {

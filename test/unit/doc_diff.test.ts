@@ -318,6 +318,89 @@ describe('differenceMap', () => {
     }
   });
 
+  it('follows the text of paragraphs others split or joined: a local edit on either side of the split survives', () => {
+    // Paired one to one, the half of a split paragraph left unpaired counted as deleted, and
+    // an offline edit in it was dropped on a whole-document catch-up (presence review).
+    const n = schema.nodes;
+    const p = (text: string) => n.paragraph.create(null, text ? schema.text(text) : []);
+    const li = (...content: Node[]) => n.list_item.create(null, content);
+    const long = 'x'.repeat(600) + ' the middle ' + 'y'.repeat(600);
+    const cases: [string, Node, (tr: Transaction) => void, number[]][] = [
+      [
+        'a paragraph split',
+        n.doc.create(null, [p('intro'), p('hello world'), p('end')]),
+        (tr) => tr.split(13),
+        [8, 10, 15, 18],
+      ],
+      [
+        'a paragraph split, and its second half edited',
+        n.doc.create(null, [p('intro'), p('hello world'), p('end')]),
+        (tr) => tr.split(13).insertText('big ', 16),
+        [8, 10, 15, 18],
+      ],
+      [
+        'a paragraph split twice',
+        n.doc.create(null, [p('one two three')]),
+        (tr) => tr.split(4).split(10),
+        [2, 6, 10, 13],
+      ],
+      [
+        'two paragraphs joined',
+        n.doc.create(null, [p('intro'), p('hello'), p('world')]),
+        (tr) => tr.join(14),
+        [9, 12, 16, 19],
+      ],
+      [
+        'three paragraphs joined',
+        n.doc.create(null, [p('ab'), p('cd'), p('ef'), p('tail')]),
+        (tr) => tr.join(8).join(4),
+        [1, 5, 9, 12],
+      ],
+      [
+        'a list item split',
+        n.doc.create(null, [
+          n.bullet_list.create(null, [li(p('first item')), li(p('second item'))]),
+        ]),
+        (tr) => tr.split(8, 2),
+        [3, 6, 10, 17],
+      ],
+      [
+        'a long paragraph split in the middle',
+        n.doc.create(null, [p(long)]),
+        (tr) => tr.split(606),
+        [100, 603, 609, 1100],
+      ],
+    ];
+    for (const [what, base, change, places] of cases) {
+      const others = EditorState.create({ doc: base }).tr;
+      change(others);
+      const map = differenceMap(base, others.doc);
+      assertExplains(map, base, others.doc);
+      for (const at of places) {
+        const local = EditorState.create({ doc: base }).tr.insertText('LOCAL', at);
+        const real = rebaseSteps(
+          local.steps,
+          others.steps.map((step) => step.getMap()),
+          others.doc,
+        );
+        const viaDiff = rebaseSteps(local.steps, map ? [map] : [], others.doc);
+        assert.equal(viaDiff.steps.length, 1, `${what}, typed at ${at}: kept`);
+        assert.ok(
+          viaDiff.doc.eq(real.doc),
+          `${what}, typed at ${at}: ${viaDiff.doc} against ${real.doc}`,
+        );
+      }
+    }
+    // A paragraph deleted next to one edited is not taken for a split: its text does not
+    // continue the other's.
+    const c = doc('keep this', 'drop that');
+    const d = doc('keep these');
+    const deleted = differenceMap(c, d);
+    assertExplains(deleted, c, d);
+    assert.ok(deleted!.mapResult(15).deleted, 'inside "drop that"');
+    assert.equal(deleted!.map(3), 3, 'inside "keep this"');
+  });
+
   it('explains any two documents that random edits lead to from one another', () => {
     fc.assert(
       fc.property(
