@@ -41,6 +41,8 @@ const standaloneSettings = [
   'nodeId',
   'authSecret',
   'authPublicKey',
+  'authAudience',
+  'authIssuer',
   'auth',
   'nodeEnv',
   'allowedOrigins',

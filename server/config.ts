@@ -77,6 +77,10 @@ export interface Config {
   /// RS256, ES256 or EdDSA tokens (`AUTH_PUBLIC_KEY`). Neither: open mode.
   authSecret: string | null;
   authPublicKey: string | null;
+  /// The `aud` and `iss` claims every token must carry (`AUTH_AUDIENCE`, `AUTH_ISSUER`); null:
+  /// not checked. For keys an identity service shares between applications.
+  authAudience: string | null;
+  authIssuer: string | null;
   /// `off` (from `AUTH=off`): open mode on purpose, which `NODE_ENV=production` requires.
   auth: 'auto' | 'off';
   /// `NODE_ENV`: `production` refuses to start in open mode unless `auth` is `off`. One of
@@ -136,6 +140,8 @@ export const defaults: Readonly<Config> = Object.freeze({
   leaseMs: 5_000,
   authSecret: null,
   authPublicKey: null,
+  authAudience: null,
+  authIssuer: null,
   auth: 'auto',
   nodeEnv: 'development',
   allowedOrigins: [],
@@ -187,6 +193,8 @@ export const environment = {
   LEASE_MS: 'leaseMs',
   AUTH_SECRET: 'authSecret',
   AUTH_PUBLIC_KEY: 'authPublicKey',
+  AUTH_AUDIENCE: 'authAudience',
+  AUTH_ISSUER: 'authIssuer',
   AUTH: 'auth',
   NODE_ENV: 'nodeEnv',
   ALLOWED_ORIGINS: 'allowedOrigins',
@@ -330,7 +338,13 @@ function validate(config: Config): void {
       `NODE_ID must be 1–64 characters of A-Z a-z 0-9 . _ -, got "${config.nodeId}"`,
     );
   }
-  for (const field of ['authSecret', 'authPublicKey', 'metricsToken'] as const) {
+  for (const field of [
+    'authSecret',
+    'authPublicKey',
+    'authAudience',
+    'authIssuer',
+    'metricsToken',
+  ] as const) {
     const value = config[field];
     if (value !== null && (typeof value !== 'string' || value === '')) {
       throw new ConfigError(`${field} must be a non-empty string when set`);
@@ -365,6 +379,10 @@ function validate(config: Config): void {
     throw new ConfigError(
       'AUTH=off contradicts AUTH_SECRET / AUTH_PUBLIC_KEY: set one or the other',
     );
+  }
+  // In open mode no token is read: a required claim there would only look like a check.
+  if (!keyed && (config.authAudience !== null || config.authIssuer !== null)) {
+    throw new ConfigError('AUTH_AUDIENCE and AUTH_ISSUER need AUTH_SECRET or AUTH_PUBLIC_KEY');
   }
   if (!nodeEnvironments.includes(config.nodeEnv)) {
     throw new ConfigError(

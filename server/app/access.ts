@@ -16,7 +16,12 @@ import { sendError } from './http.js';
 /// The token verifier the configuration asks for, or null in open mode.
 export function verifierFor(config: Readonly<Config>): TokenVerifier | null {
   if (config.authSecret === null && config.authPublicKey === null) return null;
-  return createTokenVerifier({ secret: config.authSecret, publicKey: config.authPublicKey });
+  return createTokenVerifier({
+    secret: config.authSecret,
+    publicKey: config.authPublicKey,
+    audience: config.authAudience,
+    issuer: config.authIssuer,
+  });
 }
 
 /// The `authenticate` hook of the standalone server: the handshake's `auth.token` is a JWT

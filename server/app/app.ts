@@ -59,6 +59,8 @@ export function createScriptorium(
     nodeId,
     authSecret,
     authPublicKey,
+    authAudience,
+    authIssuer,
     auth,
     nodeEnv,
     allowedOrigins,

@@ -45,5 +45,8 @@ console.log(
     doc: values.doc,
     access: values.access,
     ttlSeconds,
+    // What this server requires of its tokens, from the same environment.
+    audience: process.env['AUTH_AUDIENCE'] || null,
+    issuer: process.env['AUTH_ISSUER'] || null,
   }),
 );

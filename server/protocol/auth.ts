@@ -25,10 +25,17 @@ export interface TokenVerifier {
 }
 
 /// Keys a verifier accepts: an HS256 shared secret, a PEM public key (RS256, ES256 or EdDSA),
-/// or both.
+/// or both; and, when given, the `aud` and `iss` claims a token must carry. An identity
+/// service that signs tokens for several applications with one key tells them apart by these:
+/// without them, a token it minted for another application with `doc` and `access` claims
+/// would open documents here too.
 export interface TokenKeys {
   secret?: string | null;
   publicKey?: string | null;
+  /// Required in `aud` (a string, or one of an array's entries).
+  audience?: string | null;
+  /// Required as `iss`.
+  issuer?: string | null;
 }
 
 /// The longest token accepted, in characters: a JWT with the four claims is a few hundred.
@@ -60,6 +67,11 @@ export function createTokenVerifier(keys: TokenKeys): TokenVerifier {
   }
   if (candidates.length === 0)
     throw new TypeError('a token verifier needs a secret or a public key');
+  const claims = {
+    requiredClaims: ['exp'],
+    ...(keys.audience ? { audience: keys.audience } : {}),
+    ...(keys.issuer ? { issuer: keys.issuer } : {}),
+  };
 
   return {
     async verify(token, docId) {
@@ -71,7 +83,7 @@ export function createTokenVerifier(keys: TokenKeys): TokenVerifier {
       let failure = 'The token is malformed or wrongly signed';
       for (const { key, algorithms } of candidates) {
         try {
-          ({ payload } = await jwtVerify(token, key, { algorithms, requiredClaims: ['exp'] }));
+          ({ payload } = await jwtVerify(token, key, { algorithms, ...claims }));
           break;
         } catch (err) {
           if (err instanceof joseErrors.JWTExpired) failure = 'The token has expired';
@@ -110,17 +122,22 @@ export interface TokenClaims {
   access: Access;
   /// Seconds from now until it expires.
   ttlSeconds: number;
+  /// `aud` and `iss`, for a server that requires them (`AUTH_AUDIENCE`, `AUTH_ISSUER`).
+  audience?: string | null;
+  issuer?: string | null;
 }
 
 /// Signs an HS256 token with `secret`. For the `npm run token` command, tests and hosts that
 /// mint tokens for their users.
 export function signToken(secret: string, claims: TokenClaims): Promise<string> {
-  return new SignJWT({ doc: claims.doc, access: claims.access })
+  const jwt = new SignJWT({ doc: claims.doc, access: claims.access })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(claims.user)
     .setIssuedAt()
-    .setExpirationTime(Math.floor(Date.now() / 1000) + claims.ttlSeconds)
-    .sign(createSecretKey(Buffer.from(secret, 'utf8')));
+    .setExpirationTime(Math.floor(Date.now() / 1000) + claims.ttlSeconds);
+  if (claims.audience) jwt.setAudience(claims.audience);
+  if (claims.issuer) jwt.setIssuer(claims.issuer);
+  return jwt.sign(createSecretKey(Buffer.from(secret, 'utf8')));
 }
 
 /// Parses a duration like `90s`, `15m`, `1h` or `7d` into seconds; null when it is not one.

@@ -341,6 +341,43 @@ describe('document ids in metrics', () => {
   });
 });
 
+describe('access control with a required audience and issuer (AUTH_AUDIENCE, AUTH_ISSUER)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({
+      ...noAdmissionLimits,
+      authSecret: secret,
+      authAudience: 'scriptorium',
+      authIssuer: 'https://id.example',
+    });
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it('refuses tokens for another application or from another issuer, and takes its own', async () => {
+    const claims = { user: 'ann', doc: '*', access: 'write', ttlSeconds: 60 } as const;
+    for (const [what, extra, expected] of [
+      ['neither claim', {}, 'unauthorized'],
+      ['another audience', { audience: 'wiki', issuer: 'https://id.example' }, 'unauthorized'],
+      [
+        'another issuer',
+        { audience: 'scriptorium', issuer: 'https://evil.example' },
+        'unauthorized',
+      ],
+      ['no issuer', { audience: 'scriptorium' }, 'unauthorized'],
+      ['its own', { audience: 'scriptorium', issuer: 'https://id.example' }, 'connected'],
+    ] as const) {
+      const signed = await signToken(secret, { ...claims, ...extra });
+      assert.equal(
+        await outcome(connect(server, 'notes', { clientID: 'c1', token: signed })),
+        expected,
+        what,
+      );
+    }
+  });
+});
+
 describe('access configuration', () => {
   it('refuses to start open with NODE_ENV=production unless AUTH=off, and contradictions', () => {
     assert.throws(() => loadConfig({}, { NODE_ENV: 'production' }), ConfigError);
@@ -351,6 +388,12 @@ describe('access configuration', () => {
     );
     assert.throws(() => loadConfig({}, { AUTH: 'off', AUTH_SECRET: secret }), /contradicts/);
     assert.throws(() => loadConfig({}, { AUTH_SECRET: 'short' }), /32 characters/);
+    // Required claims with no key to read tokens by would only look like a check.
+    assert.throws(() => loadConfig({}, { AUTH_AUDIENCE: 'scriptorium' }), /AUTH_AUDIENCE/);
+    assert.throws(() => loadConfig({}, { AUTH_ISSUER: 'https://id.example' }), /AUTH_ISSUER/);
+    const claimed = loadConfig({}, { AUTH_SECRET: secret, AUTH_AUDIENCE: 'scriptorium' });
+    assert.equal(claimed.authAudience, 'scriptorium');
+    assert.equal(claimed.authIssuer, null);
     // A typo of production must not pass for not-production, which would allow open mode.
     for (const value of ['prod', 'Production', 'PRODUCTION', 'staging']) {
       assert.throws(() => loadConfig({}, { NODE_ENV: value }), /NODE_ENV must be/, value);

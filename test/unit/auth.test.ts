@@ -69,6 +69,43 @@ describe('tokens', () => {
     }
   });
 
+  it('requires the audience and issuer it is given, and only then', async () => {
+    const verifier = createTokenVerifier({
+      secret,
+      audience: 'scriptorium',
+      issuer: 'https://id.example',
+    });
+    const claims = { user: 'ann', doc: '*', access: 'write', ttlSeconds: 60 } as const;
+    const own = await signToken(secret, {
+      ...claims,
+      audience: 'scriptorium',
+      issuer: 'https://id.example',
+    });
+    assert.ok((await verifier.verify(own, 'd')).ok);
+    // `aud` may be a list naming several applications.
+    const listed = await new SignJWT({ doc: '*', access: 'write' })
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('ann')
+      .setAudience(['wiki', 'scriptorium'])
+      .setIssuer('https://id.example')
+      .setExpirationTime('1h')
+      .sign(Buffer.from(secret));
+    assert.ok((await verifier.verify(listed, 'd')).ok);
+    for (const [what, extra] of [
+      ['neither', {}],
+      ['another audience', { audience: 'wiki', issuer: 'https://id.example' }],
+      ['no issuer', { audience: 'scriptorium' }],
+      ['another issuer', { audience: 'scriptorium', issuer: 'https://other.example' }],
+    ] as const) {
+      const outcome = await verifier.verify(await signToken(secret, { ...claims, ...extra }), 'd');
+      assert.equal(outcome.ok ? 'granted' : outcome.code, 'unauthorized', what);
+      assert.match(outcome.ok ? '' : outcome.message, /"(aud|iss)" claim/, what);
+    }
+    // Without them, a token carrying any is taken as before.
+    const plain = createTokenVerifier({ secret });
+    assert.ok((await plain.verify(own, 'd')).ok);
+  });
+
   it('verifies EdDSA tokens with a public key', async () => {
     const { publicKey, privateKey } = generateKeyPairSync('ed25519');
     const verifier = createTokenVerifier({
