@@ -89,12 +89,17 @@ export function differenceMap(a: Node, b: Node): StepMap | null {
   return ranges.length === 0 ? null : new StepMap(ranges);
 }
 
-/// The indices of the pieces that are textblocks: the anchors. A leaf block (a rule) is
-/// compared with the tokens between them: matched with a textblock's weight, a rule moved past
-/// a paragraph could be kept in place of the paragraph, and the paragraph taken as replaced.
+/// The indices of the pieces that are textblocks with content: the anchors. A leaf block (a
+/// rule) is compared with the tokens between them: matched with a textblock's weight, a rule
+/// moved past a paragraph could be kept in place of the paragraph, and the paragraph taken as
+/// replaced. So is an empty textblock: all are alike, and one matched with another far from it
+/// would cut the stretches around it in the wrong places (a paragraph split there taken for
+/// deleted text and new text).
 function textblockIndices(list: Piece[]): number[] {
   const indices: number[] = [];
-  for (let i = 0; i < list.length; i++) if (isTextblock(list[i]!)) indices.push(i);
+  for (let i = 0; i < list.length; i++) {
+    if (isTextblock(list[i]!) && list[i]!.node.content.size > 0) indices.push(i);
+  }
   return indices;
 }
 
@@ -224,57 +229,119 @@ interface Group {
   news: Piece[];
 }
 
-/// Each pair of `pairs` (indices into `blocksA` and `blocksB`, in order) as a group, grown by
-/// the unpaired textblocks next to it on either side while their texts read together are more
-/// alike (`likeness`) than without them: "ab|cd" split into "ab" and "cd" pairs with one half,
-/// and the other half, read after or before it, makes the pair's text whole again. A block
-/// only ever goes to one group, and a group only takes blocks between its neighbours, so
-/// groups keep the documents' order.
+/// The groups of `pairs` (textblocks of `blocksA` and `blocksB` paired in order):
+/// - each pair whose texts have something in common at an end grows by the unpaired
+///   textblocks on either side while their texts read together are more alike (`likeness`)
+///   than without them: "ab|cd" split into "ab" and "cd" pairs with one half, and the other
+///   half, read after or before it, makes the pair's text whole again;
+/// - a pair with nothing in common (or an empty block with text) was paired only because
+///   blocks were left over: its blocks are free for the others to take in first, and it stays
+///   (and grows in turn) only if neither was taken;
+/// - two groups next to each other are one when their texts read together are more alike than
+///   either's: a paragraph joined with the next and split again elsewhere ("ab|cd" into
+///   "abc|d") keeps its count of blocks, so each pair holds part of the other's text.
+/// A group takes blocks only up to its neighbours', so groups keep the documents' order.
 function grouped(pairs: [Piece, Piece][], blocksA: Piece[], blocksB: Piece[]): Group[] {
   const indexA = new Map(blocksA.map((piece, i) => [piece, i]));
   const indexB = new Map(blocksB.map((piece, i) => [piece, i]));
-  const groups: Group[] = [];
-  // The first blocks on each side that no group has taken.
+  // Each group as blocksA[a0..a1] and blocksB[b0..b1], and how alike their texts are.
+  const spans = pairs.map(([old, added]) => {
+    const [a, b] = [blockText(old), blockText(added)];
+    const i = indexA.get(old)!;
+    const j = indexB.get(added)!;
+    return { a0: i, a1: i, b0: j, b1: j, score: (a === '') !== (b === '') ? 0 : likeness(a, b) };
+  });
+  const strong = spans.filter((span) => span.score > 0);
+  const takenA = new Uint8Array(blocksA.length);
+  const takenB = new Uint8Array(blocksB.length);
+  // The first blocks on each side that no group before has taken.
   let freeA = 0;
   let freeB = 0;
-  for (let k = 0; k < pairs.length; k++) {
-    const i = indexA.get(pairs[k]![0])!;
-    const j = indexB.get(pairs[k]![1])!;
-    const limitA = k + 1 < pairs.length ? indexA.get(pairs[k + 1]![0])! : blocksA.length;
-    const limitB = k + 1 < pairs.length ? indexB.get(pairs[k + 1]![1])! : blocksB.length;
-    // The group is blocksA[a0..a1] and blocksB[b0..b1].
-    let [a0, a1, b0, b1] = [i, i, j, j];
-    const textA = () => joinedText(blocksA, a0, a1);
-    const textB = () => joinedText(blocksB, b0, b1);
-    let score = likeness(textA(), textB());
-    while (score < 1) {
-      const a = textA();
-      const b = textB();
-      const roomA = a1 - a0 < maxGroup - 1;
-      const roomB = b1 - b0 < maxGroup - 1;
-      // How alike the texts are with one more block taken in, each way (-1: no such block).
-      const ways = [
-        roomA && a0 > freeA ? likeness(blockText(blocksA[a0 - 1]!) + a, b) : -1,
-        roomA && a1 + 1 < limitA ? likeness(a + blockText(blocksA[a1 + 1]!), b) : -1,
-        roomB && b0 > freeB ? likeness(a, blockText(blocksB[b0 - 1]!) + b) : -1,
-        roomB && b1 + 1 < limitB ? likeness(a, b + blockText(blocksB[b1 + 1]!)) : -1,
-      ];
-      let way = -1;
-      for (let w = 0; w < ways.length; w++) {
-        if (ways[w]! > score && (way < 0 || ways[w]! > ways[way]!)) way = w;
-      }
-      if (way < 0) break;
-      if (way === 0) a0--;
-      else if (way === 1) a1++;
-      else if (way === 2) b0--;
-      else b1++;
-      score = ways[way]!;
-    }
-    groups.push({ olds: blocksA.slice(a0, a1 + 1), news: blocksB.slice(b0, b1 + 1) });
-    freeA = a1 + 1;
-    freeB = b1 + 1;
+  for (let k = 0; k < strong.length; k++) {
+    const span = strong[k]!;
+    const limitA = k + 1 < strong.length ? strong[k + 1]!.a0 : blocksA.length;
+    const limitB = k + 1 < strong.length ? strong[k + 1]!.b0 : blocksB.length;
+    grow(span, blocksA, blocksB, freeA, limitA, freeB, limitB);
+    takenA.fill(1, span.a0, span.a1 + 1);
+    takenB.fill(1, span.b0, span.b1 + 1);
+    freeA = span.a1 + 1;
+    freeB = span.b1 + 1;
   }
-  return groups;
+  const kept = spans.filter((span) => span.score > 0 || !(takenA[span.a0] || takenB[span.b0]));
+  // The pairs left of those: grown in turn, between the groups around them.
+  for (let k = 0; k < kept.length; k++) {
+    const span = kept[k]!;
+    if (span.score > 0) continue;
+    const before = kept[k - 1];
+    const after = kept[k + 1];
+    grow(
+      span,
+      blocksA,
+      blocksB,
+      before ? before.a1 + 1 : 0,
+      after ? after.a0 : blocksA.length,
+      before ? before.b1 + 1 : 0,
+      after ? after.b0 : blocksB.length,
+    );
+  }
+  const merged: typeof spans = [];
+  for (const span of kept) {
+    merged.push(span);
+    while (merged.length > 1) {
+      const next = merged[merged.length - 1]!;
+      const last = merged[merged.length - 2]!;
+      if (next.a1 - last.a0 >= maxGroup || next.b1 - last.b0 >= maxGroup) break;
+      const like = likeness(
+        joinedText(blocksA, last.a0, next.a1),
+        joinedText(blocksB, last.b0, next.b1),
+      );
+      if (like <= Math.max(last.score, next.score)) break;
+      merged.pop();
+      last.a1 = next.a1;
+      last.b1 = next.b1;
+      last.score = like;
+    }
+  }
+  return merged.map(({ a0, a1, b0, b1 }) => ({
+    olds: blocksA.slice(a0, a1 + 1),
+    news: blocksB.slice(b0, b1 + 1),
+  }));
+}
+
+/// Grows `span` by blocks from `freeA` up to before `limitA` and from `freeB` up to before
+/// `limitB` (see `grouped`), at most `maxGroup` on each side, while that makes its texts more
+/// alike. Every reach is tried, one end and one side at a time: middle blocks (and empty ones)
+/// add nothing to how alike the ends are on their own.
+function grow(
+  span: { a0: number; a1: number; b0: number; b1: number; score: number },
+  blocksA: Piece[],
+  blocksB: Piece[],
+  freeA: number,
+  limitA: number,
+  freeB: number,
+  limitB: number,
+): void {
+  while (span.score < 1) {
+    const { a0, a1, b0, b1 } = span;
+    const textA = joinedText(blocksA, a0, a1);
+    const textB = joinedText(blocksB, b0, b1);
+    // The best reach so far: its span and how alike its texts are.
+    const found = { like: span.score, at: null as [number, number, number, number] | null };
+    const consider = (c0: number, c1: number, d0: number, d1: number) => {
+      const like = likeness(
+        c0 === a0 && c1 === a1 ? textA : joinedText(blocksA, c0, c1),
+        d0 === b0 && d1 === b1 ? textB : joinedText(blocksB, d0, d1),
+      );
+      if (like > found.like) [found.like, found.at] = [like, [c0, c1, d0, d1]];
+    };
+    for (let at = a0 - 1; at >= freeA && a1 - at < maxGroup; at--) consider(at, a1, b0, b1);
+    for (let at = a1 + 1; at < limitA && at - a0 < maxGroup; at++) consider(a0, at, b0, b1);
+    for (let at = b0 - 1; at >= freeB && b1 - at < maxGroup; at--) consider(a0, a1, at, b1);
+    for (let at = b1 + 1; at < limitB && at - b0 < maxGroup; at++) consider(a0, a1, b0, at);
+    if (!found.at) return;
+    [span.a0, span.a1, span.b0, span.b1] = found.at;
+    span.score = found.like;
+  }
 }
 
 function blockText(piece: Piece): string {
