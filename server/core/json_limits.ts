@@ -3,7 +3,7 @@
 export interface JsonLimits {
   /// Deepest nesting of objects and arrays; the value itself is depth 1.
   maxDepth: number;
-  /// Largest size, in bytes of its JSON text (estimated, see `measureJson`).
+  /// Largest size, in bytes of its JSON text (at most that, see `measureJson`).
   maxBytes: number;
   /// Longest string other than a text node's `text` (attribute values, URLs, names).
   maxStringBytes: number;
@@ -28,11 +28,16 @@ const stackValues: unknown[] = [];
 const stackDepths: number[] = [];
 
 /// Walks `value` iteratively and returns its size in bytes of JSON text, or the first limit it
-/// crosses. Strings count their UTF-16 length plus quotes (escapes are not counted, so the
-/// estimate may be below the wire size by the escapes' length); numbers count 8, and keys their
-/// length plus quotes and colon. Only the values JSON can carry are accepted: anything else (a
-/// Buffer from a binary packet, a function) is `bad-request`. Walking stops at the first limit
-/// crossed, so refusing a huge value costs no more than the limit.
+/// crosses. The count is exact for ASCII text without escapes and never above the truth
+/// otherwise: strings count their UTF-16 length plus quotes (not their escapes, nor the extra
+/// bytes of UTF-8), numbers their digits, keys their length plus quotes and colon, and the
+/// commas between items. Never above, because clients size their batches by the JSON they send
+/// (the reference client keeps a batch under 90% of the limit): an estimate that counted every
+/// number as 8 bytes refused an honest backlog of short steps as `too-large`, each refusal a
+/// strike, until the socket was closed `too-many-errors`. Only the values JSON can carry are
+/// accepted: anything else (a Buffer from a binary packet, a function) is `bad-request`.
+/// Walking stops at the first limit crossed, so refusing a huge value costs no more than the
+/// limit.
 export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonMeasure {
   let bytes = 0;
   let top = 0;
@@ -65,10 +70,10 @@ export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonM
           bytes += item.length + 2;
           break;
         case 'number':
-          bytes += 8;
+          bytes += numberLength(item);
           break;
         case 'boolean':
-          bytes += 5;
+          bytes += item ? 4 : 5;
           break;
         case 'object': {
           if (item === null) {
@@ -83,18 +88,20 @@ export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonM
             };
           }
           if (Array.isArray(item)) {
-            bytes += 2 + item.length;
+            // Brackets and the commas between items.
+            bytes += item.length === 0 ? 2 : 1 + item.length;
             for (let i = item.length - 1; i >= 0; i--) {
               stackValues[top] = item[i];
               stackDepths[top] = depth + 1;
               top++;
             }
           } else if (isPlainObject(item)) {
-            bytes += 2;
             const keys = Object.keys(item);
+            // Braces and the commas between members; each member's key, quotes and colon.
+            bytes += keys.length === 0 ? 2 : 1 + keys.length;
             for (let i = 0; i < keys.length; i++) {
               const key = keys[i]!;
-              bytes += key.length + 4;
+              bytes += key.length + 3;
               stackValues[top] = (item as Record<string, unknown>)[key];
               stackDepths[top] = depth + 1;
               top++;
@@ -129,6 +136,17 @@ export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonM
 }
 
 const textKeyMarker = Symbol('text');
+
+/// The length of `n` in JSON: counted without making a string for the common case, a
+/// non-negative integer (positions, versions, levels).
+function numberLength(n: number): number {
+  if (Number.isInteger(n) && n >= 0 && n < 1e15) {
+    let digits = 1;
+    for (let limit = 10; n >= limit; limit *= 10) digits++;
+    return digits;
+  }
+  return String(n).length;
+}
 
 function isPlainObject(value: object): boolean {
   const proto = Object.getPrototypeOf(value) as unknown;

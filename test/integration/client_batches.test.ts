@@ -73,6 +73,33 @@ describe('client: a batch refused as too-large', () => {
   });
 });
 
+describe('client: a long backlog of short steps', () => {
+  it('goes out in batches sized by their JSON, which the server takes: none is refused too-large', async () => {
+    // The server's size check once counted every number as 8 bytes: a batch of one-character
+    // steps that the client kept under 90% of the limit by its JSON was refused, each refusal a
+    // strike, until the socket was closed too-many-errors with steps still unsent.
+    // A generous time budget: only the size check may refuse a batch here.
+    const server = await startServer({
+      maxMessageBytes: 16_384,
+      maxStepsPerBatch: 10_000,
+      maxApplyMs: 5_000,
+    });
+    const editor = openEditor(server.url, 'long-backlog');
+    try {
+      await waitFor(() => editor.status === 'synced', 'the editor to join');
+      for (let i = 0; i < 3000; i++) type(editor, 'a');
+      await waitFor(() => !editor.hasUnconfirmed, 'every step to be confirmed', 60_000);
+      assert.equal(editor.status, 'synced');
+      assert.deepEqual(editor.refusals, {});
+      assert.equal(editor.version, 3000);
+      assert.equal(editor.state!.doc.textContent, 'a'.repeat(3000));
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+});
+
 describe('client: a step the server refuses for good', () => {
   it('keeps what is typed after the reload that dropped it', async () => {
     // 40 ms from the server to the client: keys typed while the refusal and the reload are on
