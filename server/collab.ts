@@ -17,6 +17,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import type { AcceptedBatch, RoomHooks, RoomTransport } from './core/room.js';
 import { CodedError, Rooms } from './core/rooms.js';
 import { Admission } from './protocol/admission.js';
+import { ClientOwners } from './protocol/client_owners.js';
 import { attachProtocol } from './protocol/connection.js';
 import { sendAway } from './protocol/outbound.js';
 import type { Authenticate, ScriptoriumNamespace } from './protocol/socket.js';
@@ -241,6 +242,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
       : null,
   });
   const admission = new Admission(config);
+  const owners = new ClientOwners();
   const socketOptions = {
     maxHttpBufferSize: 2 * config.maxMessageBytes,
     perMessageDeflate: false as const,
@@ -287,6 +289,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
             maxStringBytes: config.maxAttributeBytes,
           },
           admission,
+          owners,
           batchesPerSecond: config.batchesPerSecond,
           batchesBurst: config.batchesBurst,
           pullsPerSecond: config.pullsPerSecond,

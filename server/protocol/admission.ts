@@ -11,13 +11,16 @@ export interface AdmissionLimits {
   trustProxy: readonly string[];
 }
 
-/// Who may connect, counted per client address, per client id and in distinct documents per
-/// user, and how fast one address may create documents. Counts are held while sockets are
+/// Who may connect, counted per client address, per client id of each user (or address) and in
+/// distinct documents per user, and how fast one address may create documents. Counts are held while sockets are
 /// connected and released when they leave; buckets of addresses that have been quiet long
 /// enough to be full again are dropped, so nothing here grows with the number of addresses
 /// ever seen.
 export class Admission {
   private readonly perAddress = new Map<string, number>();
+  /// By holder (`holderOf`) and client id: client ids are public (every broadcast carries
+  /// them), so counted by the id alone, anyone's sockets under an editor's id (a reader's
+  /// included) would fill its cap and lock the editor out.
   private readonly perClient = new Map<string, number>();
   /// By user (`holderOf`): the documents its sockets are on, and how many sockets on each.
   private readonly perUser = new Map<string, Map<string, number>>();
@@ -48,7 +51,9 @@ export class Admission {
     if (this.limits.maxConnectionsPerIp > 0 && fromAddress >= this.limits.maxConnectionsPerIp) {
       return 'address';
     }
-    const ofClient = this.perClient.get(clientID) ?? 0;
+    const holder = holderOf(address, user);
+    const clientKey = `${holder}\n${clientID}`;
+    const ofClient = this.perClient.get(clientKey) ?? 0;
     if (this.limits.maxSocketsPerClient > 0 && ofClient >= this.limits.maxSocketsPerClient) {
       return 'client';
     }
@@ -56,13 +61,12 @@ export class Admission {
     // this one client could hold every one of `maxLoadedDocuments` by opening a socket on
     // each of as many documents, and the server would refuse everyone else's. Another socket
     // on a document the user already has open costs nothing more, and is let in.
-    const holder = holderOf(address, user);
     const documents = this.perUser.get(holder);
     const onDocument = documents?.get(docId) ?? 0;
     const max = this.limits.maxDocumentsPerUser;
     if (max > 0 && onDocument === 0 && (documents?.size ?? 0) >= max) return 'documents';
     this.perAddress.set(address, fromAddress + 1);
-    this.perClient.set(clientID, ofClient + 1);
+    this.perClient.set(clientKey, ofClient + 1);
     if (documents) documents.set(docId, onDocument + 1);
     else this.perUser.set(holder, new Map([[docId, 1]]));
     return null;
@@ -71,8 +75,8 @@ export class Admission {
   /// Counts a socket that `enter` admitted out again (with the same arguments).
   leave(address: string, clientID: string, user: string | null, docId: string): void {
     decrement(this.perAddress, address);
-    decrement(this.perClient, clientID);
     const holder = holderOf(address, user);
+    decrement(this.perClient, `${holder}\n${clientID}`);
     const documents = this.perUser.get(holder);
     if (!documents) return;
     decrement(documents, docId);

@@ -15,7 +15,7 @@ import type { Admission } from './admission.js';
 import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
 import { dropIfSlow, sendAway, sweepSockets } from './outbound.js';
 import { TokenBucket } from './token_bucket.js';
-import { ClientOwners } from './client_owners.js';
+import type { ClientOwners } from './client_owners.js';
 import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
 import {
@@ -34,6 +34,8 @@ export interface ProtocolOptions {
   /// Bounds of every incoming payload (message bytes, JSON depth, string length).
   json: Readonly<JsonLimits>;
   admission: Admission;
+  /// Client ids bound to users (one for every namespace of a collab, as `admission` is).
+  owners: ClientOwners;
   batchesPerSecond: number;
   batchesBurst: number;
   pullsPerSecond: number;
@@ -72,8 +74,7 @@ export function attachProtocol(
   observer: BatchObserver | null,
   options: ProtocolOptions,
 ): () => void {
-  const { admission, authenticate } = options;
-  const owners = new ClientOwners();
+  const { admission, authenticate, owners } = options;
 
   io.use((socket, next) => {
     let checked: HandshakeError | Handshake;
@@ -180,7 +181,7 @@ export function attachProtocol(
     const { doc, clientID } = handshake;
     const user = identity?.user ?? null;
     const readOnly = handshake.readOnly || identity?.access === 'read';
-    if (user !== null && !owners.mayUse(clientID, user, Date.now())) {
+    if (user !== null && !owners.mayUse(doc, clientID, user, Date.now())) {
       return new HandshakeError('forbidden', 'This client id belongs to another user');
     }
     const address = admission.address(socket.request);
@@ -215,7 +216,7 @@ export function attachProtocol(
     // Only a writer claims the client id: its steps carry it. A reader's claim would only
     // lock the writer out.
     const claims = user !== null && !readOnly;
-    if (claims) owners.claim(clientID, user);
+    if (claims) owners.claim(doc, clientID, user);
     // Counted from here, and released once: when the socket disconnects, or when its
     // connection closes first (a socket that never finished connecting has no 'disconnect';
     // one that left the namespace has no 'close' until its connection goes).
@@ -232,7 +233,7 @@ export function attachProtocol(
       conn.off('close', release);
       socket.off('disconnect', release);
       admission.leave(address, clientID, user, doc);
-      if (claims) owners.release(clientID, Date.now());
+      if (claims) owners.release(doc, clientID, Date.now());
     };
     conn.on('close', release);
     socket.on('disconnect', release);
@@ -278,8 +279,8 @@ export function attachProtocol(
       (shown) => {
         // A reader binds no client id, so it may have connected with one a writer took since:
         // its caret must not be shown as that writer's.
-        const { readOnly, user, clientID } = shown.data;
-        return !readOnly || user === null || owners.mayUse(clientID, user, Date.now());
+        const { readOnly, user, clientID, docId } = shown.data;
+        return !readOnly || user === null || owners.mayUse(docId, clientID, user, Date.now());
       },
     );
 

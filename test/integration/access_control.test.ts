@@ -178,6 +178,35 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
     }
   });
 
+  it('counts sockets per client id of each user: others using an editor`s id do not fill its cap', async () => {
+    // Client ids are public: a reader opening sockets under an editor's id must not lock the
+    // editor out with too-many-connections.
+    const capped = await startServer({
+      ...noAdmissionLimits,
+      authSecret: secret,
+      maxSocketsPerClient: 2,
+    });
+    const sockets: Socket[] = [];
+    try {
+      const eve = await token('eve', '*', 'read');
+      for (let i = 0; i < 2; i++) {
+        sockets.push(await connect(capped, 'capped', { clientID: 'editor-7', token: eve }));
+      }
+      assert.equal(
+        await outcome(connect(capped, 'capped', { clientID: 'editor-7', token: eve })),
+        'too-many-connections',
+      );
+      const ann = await token('ann', 'capped', 'write');
+      assert.equal(
+        await outcome(connect(capped, 'capped', { clientID: 'editor-7', token: ann })),
+        'connected',
+      );
+    } finally {
+      for (const socket of sockets) socket.close();
+      await capped.close();
+    }
+  });
+
   it('does not show a reader`s presence under a client id a writer took after it connected', async () => {
     // A reader binds no id, so it can connect first with one a writer then claims.
     const rita = await connect(server, 'carets', {

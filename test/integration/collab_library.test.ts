@@ -320,6 +320,35 @@ describe('createCollab in a host app', () => {
     back.close();
   });
 
+  it('binds client ids per document: an id taken on one document locks no one out of another', async () => {
+    // Client ids are public (every broadcast carries them). Bob, who may write to a document
+    // of his own, takes the id Alice's editor uses elsewhere: her editor must still get in.
+    const bob = await open(host, 'doc-bob', 'c-alices', 'bob');
+    try {
+      const alice = await open(host, 'doc-alice', 'c-alices', 'alice');
+      alice.close();
+      // On one document, the binding holds as before.
+      assert.equal(await refusal(open(host, 'doc-bob', 'c-alices', 'alice')), 'forbidden');
+    } finally {
+      bob.close();
+    }
+  });
+
+  it('binds client ids across the namespaces it is attached to, as the documents are shared', async () => {
+    host.collab.attach(host.io, { namespace: '/second' });
+    const alice = await open(host, 'doc-ns', 'c-ns-shared', 'alice');
+    try {
+      // Bob in another namespace, on the same document: his steps would reach Alice's editor
+      // under her id.
+      assert.equal(
+        await refusal(open(host, 'doc-ns', 'c-ns-shared', 'bob', '/second')),
+        'forbidden',
+      );
+    } finally {
+      alice.close();
+    }
+  });
+
   it('change() edits through the same path: durable, broadcast to editors, onAccepted', async () => {
     const alice = await open(host, 'doc-f', 'c-alice-f', 'alice');
     try {
