@@ -85,7 +85,7 @@ export class Admission {
 
   /// Asks whether `address` may create one more document now: 0 when it may (the creation is
   /// counted), otherwise milliseconds until it may.
-  mayCreate(address: string, now: number = Date.now()): number {
+  mayCreate(address: string, now: number = performance.now()): number {
     const perMinute = this.limits.newDocumentsPerMinute;
     if (perMinute === 0) return 0;
     let bucket = this.creations.get(address);

@@ -12,7 +12,7 @@ import {
   type SyncRequest,
 } from '../../schema/index.js';
 import type { Admission } from './admission.js';
-import { eventName, guarded, loadFailureCode, payloadGate } from './guard.js';
+import { eventName, guarded, handlerFailed, loadFailureCode, payloadGate } from './guard.js';
 import { dropIfSlow, sendAway, sweepSockets } from './outbound.js';
 import { TokenBucket } from './token_bucket.js';
 import type { ClientOwners } from './client_owners.js';
@@ -181,7 +181,7 @@ export function attachProtocol(
     const { doc, clientID } = handshake;
     const user = identity?.user ?? null;
     const readOnly = handshake.readOnly || identity?.access === 'read';
-    if (user !== null && !owners.mayUse(doc, clientID, user, Date.now())) {
+    if (user !== null && !owners.mayUse(doc, clientID, user, performance.now())) {
       return new HandshakeError('forbidden', 'This client id belongs to another user');
     }
     const address = admission.address(socket.request);
@@ -200,7 +200,9 @@ export function attachProtocol(
           : 'This user has as many documents open as it may: close one and try again',
       );
     }
-    const now = Date.now();
+    // Buckets and holds run on the monotonic clock: a step of the wall clock back would stop
+    // their refills until it caught up (every request `rate-limited` meanwhile).
+    const now = performance.now();
     socket.data = {
       docId: doc,
       clientID,
@@ -233,7 +235,7 @@ export function attachProtocol(
       conn.off('close', release);
       socket.off('disconnect', release);
       admission.leave(address, clientID, user, doc);
-      if (claims) owners.release(doc, clientID, Date.now());
+      if (claims) owners.release(doc, clientID, performance.now());
     };
     conn.on('close', release);
     socket.on('disconnect', release);
@@ -249,7 +251,7 @@ export function attachProtocol(
 
   /// A refusal for a request over its socket's bucket, or null when a token was there.
   function overRate(bucket: TokenBucket, version?: number): ErrorAnswer | null {
-    const wait = bucket.take(Date.now());
+    const wait = bucket.take(performance.now());
     if (wait === 0) return null;
     const body: ErrorAnswer = { ok: false, ...errorBody('rate-limited', undefined, wait) };
     if (version !== undefined) body.version = version;
@@ -280,7 +282,9 @@ export function attachProtocol(
         // A reader binds no client id, so it may have connected with one a writer took since:
         // its caret must not be shown as that writer's.
         const { readOnly, user, clientID, docId } = shown.data;
-        return !readOnly || user === null || owners.mayUse(docId, clientID, user, Date.now());
+        return (
+          !readOnly || user === null || owners.mayUse(docId, clientID, user, performance.now())
+        );
       },
     );
 
@@ -309,31 +313,37 @@ export function attachProtocol(
         // answered `moved` without asking that node to hand it over (a reader must not move
         // a document away from its editors).
         const create = socket.data.readOnly ? false : () => admission.mayCreate(address);
-        rooms.get(socket.data.docId, create).then(
-          (room) => {
-            // The socket may have left while the document loaded, or joined twice.
-            if (!socket.connected) return;
-            if (socket.data.room) return answerFrom(socket.data.room);
-            if (!room) return ack(refusal('not-found', readerCannotCreate));
-            if (room.state !== 'open') return ack(refusal('unavailable'));
-            // Joining the Socket.io room and answering happen in one synchronous step: every
-            // broadcast after the answer's version reaches this socket, and none before it.
-            void socket.join(room.docId);
-            socket.data.room = room;
-            rooms.attach(room);
-            answerFrom(room);
-          },
-          (err: unknown) => {
-            const code = loadFailureCode(err);
-            if (code === 'unavailable' || code === 'internal') {
-              log.warn({ doc: socket.data.docId, err }, 'document load failed');
-            }
-            const body = refusal(code, (err as Error)?.message);
-            const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-            if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
-            ack(body);
-          },
-        );
+        rooms
+          .get(socket.data.docId, create)
+          .then(
+            (room) => {
+              // The socket may have left while the document loaded, or joined twice.
+              if (!socket.connected) return;
+              if (socket.data.room) return answerFrom(socket.data.room);
+              if (!room) return ack(refusal('not-found', readerCannotCreate));
+              if (room.state !== 'open') return ack(refusal('unavailable'));
+              // Joining the Socket.io room and answering happen in one synchronous step: every
+              // broadcast after the answer's version reaches this socket, and none before it.
+              void socket.join(room.docId);
+              socket.data.room = room;
+              rooms.attach(room);
+              answerFrom(room);
+            },
+            (err: unknown) => {
+              const code = loadFailureCode(err);
+              // The store's own words (a path, an address inside the network) stay in the log:
+              // the client gets the table's message for these two, as a handshake does.
+              const ours = code === 'unavailable' || code === 'internal';
+              if (ours) log.warn({ doc: socket.data.docId, err }, 'document load failed');
+              const body = refusal(code, ours ? undefined : (err as Error)?.message);
+              const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+              if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
+              ack(body);
+            },
+          )
+          // A throw in either continuation is past `guarded`: answered and logged the same way,
+          // not left an unhandled rejection (which ends a host that has no handler for them).
+          .catch((err: unknown) => handlerFailed(socket, 'join', log, err, ack));
       }),
     );
 
@@ -470,14 +480,15 @@ function takeAck(
   args: unknown[],
 ): ((answer: SyncAnswer | StepsAnswer) => void) | null {
   const ack = args[args.length - 1];
-  if (typeof ack === 'function' && args.length >= 2) {
-    return ack as (answer: SyncAnswer | StepsAnswer) => void;
+  const message = `${event} expects a payload and an acknowledgement callback`;
+  if (typeof ack === 'function') {
+    if (args.length >= 2) return ack as (answer: SyncAnswer | StepsAnswer) => void;
+    // An acknowledgement without a payload: answered through it, or the client would wait
+    // for an answer that never comes.
+    (ack as (answer: ErrorAnswer) => void)(refusal('bad-request', message));
+    return null;
   }
-  socket.emit('protocol-error', {
-    code: 'bad-request',
-    message: `${event} expects a payload and an acknowledgement callback`,
-    event,
-  });
+  socket.emit('protocol-error', { code: 'bad-request', message, event });
   return null;
 }
 

@@ -70,14 +70,26 @@ export function guarded(
     try {
       handler(...args);
     } catch (err) {
-      log.error({ err, doc: socket.data.docId, event }, 'handler failed');
-      const ack = args[args.length - 1];
-      // Socket.io ignores a second call of an acknowledgement, so answering here is safe even
-      // if the handler answered before it threw.
-      if (typeof ack === 'function') ack({ ok: false, ...errorBody('internal') });
-      socket.data.room?.fail(err);
+      handlerFailed(socket, event, log, err, args[args.length - 1]);
     }
   };
+}
+
+/// What `guarded` does with a handler's throw, for a handler's asynchronous continuation too
+/// (a join answered once its document loaded): logged, answered `internal` through `ack` when
+/// it is one, and the socket's room failed.
+export function handlerFailed(
+  socket: ScriptoriumSocket,
+  event: string,
+  log: Logger,
+  err: unknown,
+  ack: unknown,
+): void {
+  log.error({ err, doc: socket.data.docId, event }, 'handler failed');
+  // Socket.io ignores a second call of an acknowledgement, so answering here is safe even if
+  // the handler answered before it threw.
+  if (typeof ack === 'function') ack({ ok: false, ...errorBody('internal') });
+  socket.data.room?.fail(err);
 }
 
 /// The code a failed document load is answered with: `unavailable` when the store could not

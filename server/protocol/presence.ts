@@ -21,7 +21,7 @@ class SocketPresence {
   sent: PresenceBroadcast | null = null;
   /// An update that arrived inside the throttle window; replaced by each newer one.
   waiting: PresenceBroadcast | null = null;
-  lastSentAt = 0;
+  lastSentAt = -Infinity;
   timer: ReturnType<typeof setTimeout> | null = null;
 }
 
@@ -69,7 +69,8 @@ export function attachPresence(
         presences.set(socket, presence);
         introduce(io, socket, mayShow);
       }
-      const now = Date.now();
+      // The monotonic clock: a step of the wall clock back would hold updates that long.
+      const now = performance.now();
       if (presence.timer === null && now - presence.lastSentAt >= presenceIntervalMs) {
         relay(socket, presence, broadcast, now);
         return;
@@ -82,7 +83,7 @@ export function attachPresence(
             state.timer = null;
             try {
               if (state.waiting && socket.connected && mayShow(socket))
-                relay(socket, state, state.waiting, Date.now());
+                relay(socket, state, state.waiting, performance.now());
             } catch (err) {
               // A timer's throw would end the process; a lost cursor update costs nothing.
               log.error({ err, doc: socket.data.docId }, 'presence relay failed');

@@ -175,6 +175,25 @@ describe('bad input gets a coded error and changes nothing', () => {
     }
   });
 
+  it('answers join, pull and steps sent with an acknowledgement but no payload, through it', async () => {
+    const socket = rawSocket(server.url, { doc: 'no-payload' }, { clientID: 'np' });
+    try {
+      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+      for (const event of ['join', 'pull', 'steps']) {
+        const answer = await new Promise<SyncAnswer>((resolve, reject) =>
+          socket
+            .timeout(2000)
+            .emit(event, (err: Error | null, reply: SyncAnswer) =>
+              err ? reject(new Error(`${event}: no answer`)) : resolve(reply),
+            ),
+        );
+        assertRefused(answer, 'bad-request', event);
+      }
+    } finally {
+      socket.close();
+    }
+  });
+
   it('refuses steps from a read-only socket with forbidden', async () => {
     // A reader follows a document; a writer makes it.
     const writer = rawSocket(server.url, 'read-only', 'w');

@@ -14,6 +14,7 @@ import { SlowStore } from '../support/slow_store.js';
 import { startServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';
+import { errors, type SyncAnswer } from '../../schema/index.js';
 
 // What a room does when its store misbehaves around snapshots, unloads and repairs: the
 // process goes on, nothing waits for ever, and nothing acknowledged is left out of what the
@@ -51,6 +52,28 @@ describe('room failures', () => {
       assert.equal(server.server.rooms.peek('throwing-snapshots')?.state, 'open');
     } finally {
       editor.close();
+      await server.close();
+    }
+  });
+
+  it('answers a join whose document cannot be loaded unavailable, without the store`s own words', async () => {
+    // The store's message may name a path or an address inside the network: it belongs in the
+    // log, not in an answer to whoever asked.
+    class FailingLoads extends MemoryStore {
+      override async load(): Promise<never> {
+        throw new StoreUnavailableError('EACCES: permission denied, open /srv/secret/data');
+      }
+    }
+    const server = await startServer({}, new FailingLoads());
+    const socket = rawSocket(server.url, { doc: 'unloadable' }, { clientID: 'u' });
+    try {
+      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+      const answer = await ask<SyncAnswer>(socket, 'join', {});
+      assert.ok(!answer.ok);
+      assert.equal(answer.code, 'unavailable');
+      assert.equal(answer.message, errors.unavailable.message);
+    } finally {
+      socket.close();
       await server.close();
     }
   });
