@@ -246,7 +246,7 @@ export function attachProtocol(
   /// with `too-many-errors` (an honest client never sends one).
   function strike(socket: ScriptoriumSocket): void {
     if (++socket.data.protocolErrors < options.maxProtocolErrors || !socket.connected) return;
-    sendAway(socket, { ...errorBody('too-many-errors'), retryAfterMs: 0 });
+    sendAway(socket, { ...errorBody('too-many-errors'), retryAfterMs: 0 }, true);
   }
 
   /// A refusal for a request over its socket's bucket, or null when a token was there.

@@ -40,19 +40,32 @@ export function bufferedBytes(socket: ScriptoriumSocket): number {
 /// never see it, and reconnecting catches it up by version either way.
 export function dropIfSlow(socket: ScriptoriumSocket, maxBytes: number): boolean {
   if (!socket.connected || bufferedBytes(socket) <= maxBytes) return false;
-  sendAway(socket, {
-    code: 'slow-consumer',
-    message: 'This connection did not read what the server sent in time: reconnect to catch up',
-    retryAfterMs: 0,
-  });
+  sendAway(
+    socket,
+    {
+      code: 'slow-consumer',
+      message: 'This connection did not read what the server sent in time: reconnect to catch up',
+      retryAfterMs: 0,
+    },
+    true,
+  );
   return true;
 }
 
-/// Tells `socket` why it is closed (`closing`, best effort) and closes its connection: `true`
-/// closes the underlying connection too, which releases whatever was buffered for it.
-export function sendAway(socket: ScriptoriumSocket, notice: ClosingNotice): void {
+/// Tells `socket` why it is closed (`closing`, best effort) and disconnects it from the
+/// namespace. With `closeConnection` the underlying connection is closed too, which releases
+/// whatever was buffered for it (a slow consumer) or ends a client that misbehaves; without,
+/// the connection stays for the other namespaces a client may share it with (an embedding
+/// host's own, multiplexed on one connection by socket.io-client), which an expired token or a
+/// restart is no reason to cut: closed, those sockets are told `io server disconnect`, from
+/// which socket.io-client does not reconnect.
+export function sendAway(
+  socket: ScriptoriumSocket,
+  notice: ClosingNotice,
+  closeConnection = false,
+): void {
   socket.emit('closing', notice);
-  socket.disconnect(true);
+  socket.disconnect(closeConnection);
 }
 
 /// Calls `visit` for every socket of `io` every `intervalMs` (an unref'd timer), with the time

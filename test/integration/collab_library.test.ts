@@ -6,7 +6,7 @@ import { Schema, type Node } from 'prosemirror-model';
 import { Transform } from 'prosemirror-transform';
 import { pino } from 'pino';
 import { Server } from 'socket.io';
-import { io as connect, type Socket } from 'socket.io-client';
+import { io as connect, Manager, type Socket } from 'socket.io-client';
 import { schema as builtIn, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
 import {
   CodedError,
@@ -268,6 +268,37 @@ describe('createCollab in a host app', () => {
       assert.equal(answer.ok, true);
     } finally {
       again.close();
+    }
+  });
+
+  it('sends a socket whose credentials expired away without closing the host`s own namespaces on its connection', async () => {
+    // socket.io-client multiplexes the namespaces of one server on one connection: closing it
+    // for the protocol's socket would disconnect the host's chat too ("io server disconnect",
+    // from which socket.io-client does not reconnect).
+    tokens['brief'] = { user: 'bea', access: 'write', doc: '*', exp: Date.now() + 300 };
+    const manager = new Manager(host.url, {
+      transports: ['websocket'],
+      reconnection: false,
+      query: { doc: 'doc-mux' },
+    });
+    const collabSocket = manager.socket('/', { auth: { clientID: 'c-bea', token: 'brief' } });
+    const chat = manager.socket('/chat');
+    try {
+      const closing = new Promise<{ code: string }>((resolve) =>
+        collabSocket.once('closing', resolve),
+      );
+      collabSocket.connect();
+      chat.connect();
+      assert.equal((await closing).code, 'unauthorized');
+      await waitFor(() => !collabSocket.connected, 'the collab socket to be sent away');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      assert.equal(chat.connected, true);
+      await new Promise<void>((resolve, reject) =>
+        chat.timeout(2000).emit('hello', (err: Error | null) => (err ? reject(err) : resolve())),
+      );
+    } finally {
+      collabSocket.close();
+      chat.close();
     }
   });
 
