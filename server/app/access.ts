@@ -5,7 +5,7 @@ import type { MetricsWindow } from '../../metrics/index.js';
 import { docIdPattern } from '../../schema/index.js';
 import { CodedError } from '../core/rooms.js';
 import { createTokenVerifier, type TokenVerifier } from '../protocol/auth.js';
-import { originAllowed } from '../protocol/origins.js';
+import { hostAllowed, hostIsLocal, originAllowed } from '../protocol/origins.js';
 import type { Authenticate } from '../protocol/socket.js';
 import type { Config } from '../config.js';
 import { sendError } from './http.js';
@@ -73,13 +73,35 @@ function bearer(req: Request): string | null {
 
 /// Socket.io's `allowRequest`: refuses a browser handshake from an origin that is neither the
 /// server's own nor in `allowed` (a page elsewhere must not open sockets with the user's
-/// cookies); clients that send no `Origin` are not browsers and pass.
+/// cookies); clients that send no `Origin` are not browsers and pass. In `openMode`, the
+/// server's own origin counts only under a local `Host` (see `originAllowed`).
 export function originCheck(
   allowed: readonly string[],
+  openMode = false,
 ): (req: IncomingMessage, callback: (err: string | null | undefined, ok: boolean) => void) => void {
   return (req, callback) => {
-    const ok = originAllowed(req.headers.origin, req.headers.host, allowed);
+    const ok = originAllowed(req.headers.origin, req.headers.host, allowed, openMode);
     callback(ok ? null : 'origin not allowed', ok);
+  };
+}
+
+/// The read guard of `GET /docs/:id` in open mode: a browser's request (it sends `Origin` or
+/// `Sec-Fetch-Site`, which a page cannot remove) under a `Host` that is neither local nor one
+/// of `allowed`'s is refused `forbidden`. A page that DNS rebinding put on this server's
+/// address sees it as its own origin and could read every document otherwise. Other clients
+/// (curl, services) are not pages of another site and pass.
+export function openReadGuard(allowed: readonly string[]): RequestHandler {
+  return (req: Request, res: Response, next: NextFunction) => {
+    const host = req.headers.host;
+    const browser = req.headers.origin !== undefined || req.headers['sec-fetch-site'] !== undefined;
+    if (!browser || host === undefined || hostIsLocal(host) || hostAllowed(host, allowed)) {
+      return next();
+    }
+    sendError(
+      res,
+      'forbidden',
+      `An open server answers browsers only under a local host name or one of ALLOWED_ORIGINS, not ${host}`,
+    );
   };
 }
 

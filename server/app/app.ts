@@ -14,6 +14,7 @@ import { createCollab, type Collab } from '../collab.js';
 import {
   docIdRedactor,
   documentReadGuard,
+  openReadGuard,
   metricsGuard,
   originCheck,
   tokenAuthenticate,
@@ -91,7 +92,7 @@ export function createScriptorium(
     nodeId,
     draining: () => collab.draining,
     sockets: () => collab.editors,
-    readGuard: verifier ? documentReadGuard(verifier) : null,
+    readGuard: verifier ? documentReadGuard(verifier) : openReadGuard(allowedOrigins),
     notReady: async () => {
       if (collab.draining) return 'shutting down';
       if (!collab.rooms.leasesHealthy) return 'document leases cannot be renewed';
@@ -127,7 +128,7 @@ export function createScriptorium(
     ...collab.socketOptions,
     // Browsers: only the server's own origin and ALLOWED_ORIGINS may open sockets (and make
     // cross-origin polling requests); clients without an Origin are not browsers.
-    allowRequest: originCheck(allowedOrigins),
+    allowRequest: originCheck(allowedOrigins, verifier === null),
     ...(allowedOrigins.length > 0 ? { cors: { origin: allowedOrigins } } : {}),
   });
   collab.attach(io);

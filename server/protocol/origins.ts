@@ -1,21 +1,51 @@
+import { isIP } from 'node:net';
+
 /// Which browser origins may open sockets: a browser sends `Origin` with every websocket
 /// handshake and cross-site request, and a page on another site could otherwise open sockets
 /// carrying the user's cookies. Clients that send no `Origin` (Node, native apps) are not
 /// browsers acting for another site and are admitted; authentication still applies to them.
 ///
 /// The server's own origin, taken from the request's `Host` (the origin a page served by this
-/// server has), is always admitted: a page elsewhere cannot send our `Host` with its own
-/// `Origin`. `allowed` adds the configured list (`ALLOWED_ORIGINS`, exact
-/// `scheme://host[:port]` values): the host apps whose pages open sockets here.
+/// server has), is admitted: a page elsewhere cannot send our `Host` with its own `Origin`.
+/// Except through DNS rebinding: a page on a name the attacker points at this server's address
+/// sends that name as both. With tokens that gains nothing (the page has none); in open mode
+/// (`openMode`) it would reach every document of a server the attacker's site could not reach
+/// otherwise (a developer's, on their own machine). There the own origin counts only on a
+/// `Host` no other site can have (`hostIsLocal`). `allowed` adds the configured list
+/// (`ALLOWED_ORIGINS`, exact `scheme://host[:port]` values): the host apps whose pages open
+/// sockets here, and the names an open server is served under.
 export function originAllowed(
   origin: string | undefined,
   host: string | undefined,
   allowed: readonly string[],
+  openMode = false,
 ): boolean {
   if (origin === undefined) return true;
   if (allowed.includes(origin)) return true;
   if (host === undefined) return false;
+  if (openMode && !hostIsLocal(host)) return false;
   return origin === `http://${host}` || origin === `https://${host}`;
+}
+
+/// Whether `host` (a `Host` header) names this server in a way no other site can: an IP
+/// address, or `localhost` and the names under it (which browsers resolve to this machine
+/// themselves). Any other name may be one an attacker's DNS points here.
+export function hostIsLocal(host: string): boolean {
+  let name = host.toLowerCase();
+  if (name.startsWith('[')) {
+    const end = name.indexOf(']');
+    return end > 0 && isIP(name.slice(1, end)) === 6;
+  }
+  const colon = name.lastIndexOf(':');
+  if (colon >= 0) name = name.slice(0, colon);
+  if (name.endsWith('.')) name = name.slice(0, -1);
+  return isIP(name) !== 0 || name === 'localhost' || name.endsWith('.localhost');
+}
+
+/// Whether `host` (a `Host` header) is one of the `allowed` origins' hosts.
+export function hostAllowed(host: string, allowed: readonly string[]): boolean {
+  const name = host.toLowerCase();
+  return allowed.some((origin) => new URL(origin).host === name);
 }
 
 /// Parses `ALLOWED_ORIGINS`: a comma list of origins (`https://app.example.com`). Returns the

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
+import { get as httpGet } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { Transform } from 'prosemirror-transform';
 import { io, type Socket } from 'socket.io-client';
@@ -36,6 +37,7 @@ function connect(
   doc: string,
   auth: Record<string, unknown>,
   origin?: string,
+  host?: string,
 ): Promise<Socket> {
   const socket = io(server.url, {
     transports: ['websocket'],
@@ -43,7 +45,7 @@ function connect(
     forceNew: true,
     query: { doc },
     auth,
-    ...(origin ? { extraHeaders: { origin } } : {}),
+    extraHeaders: { ...(origin ? { origin } : {}), ...(host ? { host } : {}) },
   });
   return new Promise((resolve, reject) => {
     socket.once('connect', () => resolve(socket));
@@ -51,6 +53,27 @@ function connect(
       socket.close();
       reject(Object.assign(new Error(err.message), { code: err.data?.code ?? err.message }));
     });
+  });
+}
+
+/// `GET path` with a `Host` header of the test's choosing (fetch does not let one set it).
+function getWithHost(
+  server: TestServer,
+  path: string,
+  host: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpGet(
+      { host: '127.0.0.1', port: server.port, path, headers: { ...headers, host } },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (body += chunk));
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+      },
+    );
+    request.on('error', reject);
   });
 }
 
@@ -404,6 +427,46 @@ describe('access control with a required audience and issuer (AUTH_AUDIENCE, AUT
         what,
       );
     }
+  });
+});
+
+describe('an open server (no tokens) and DNS rebinding', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ ...noAdmissionLimits });
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  it('refuses pages under a host name another site could point at it, and serves the rest', async () => {
+    const writer = await connect(server, 'open-doc', { clientID: 'w' });
+    await typeOnce(writer);
+    writer.close();
+    // A page on attacker.example, which the attacker's DNS now resolves to this server's
+    // address: its Origin and Host are both attacker.example.
+    const rebound = `attacker.example:${server.port}`;
+    const page = await outcome(
+      connect(server, 'open-doc', { clientID: 'r1' }, `http://${rebound}`, rebound),
+    );
+    assert.equal(page, 'websocket error');
+    const read = await getWithHost(server, '/docs/open-doc', rebound, {
+      'sec-fetch-site': 'same-origin',
+    });
+    assert.equal(read.status, 403);
+    assert.equal((JSON.parse(read.body) as { code: string }).code, 'forbidden');
+    // Its own pages on a local name, and clients that are not browsers, are served.
+    const local = `localhost:${server.port}`;
+    assert.equal(
+      await outcome(connect(server, 'open-doc', { clientID: 'r2' }, `http://${local}`, local)),
+      'connected',
+    );
+    assert.equal(
+      await outcome(connect(server, 'open-doc', { clientID: 'r3' }, undefined, rebound)),
+      'connected',
+    );
+    const tool = await getWithHost(server, '/docs/open-doc', rebound);
+    assert.equal(tool.status, 200, tool.body);
   });
 });
 

@@ -1,6 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { originAllowed, parseOrigins } from '../../server/protocol/origins.js';
+import {
+  hostAllowed,
+  hostIsLocal,
+  originAllowed,
+  parseOrigins,
+} from '../../server/protocol/origins.js';
 
 describe('origins', () => {
   it('admits the server’s own origin and clients without one by default', () => {
@@ -19,6 +24,24 @@ describe('origins', () => {
     assert.ok(originAllowed('https://api.example.com', 'api.example.com', allowed));
     assert.ok(!originAllowed('https://evil.example', 'api.example.com', allowed));
     assert.ok(!originAllowed('http://localhost:3001', 'api.example.com', allowed));
+  });
+
+  it('in open mode, takes its own origin only under a host no other site can have (DNS rebinding)', () => {
+    // A page on a name the attacker points at this server sends that name as Origin and Host.
+    assert.ok(!originAllowed('http://attacker.example:4000', 'attacker.example:4000', [], true));
+    assert.ok(originAllowed('http://attacker.example:4000', 'attacker.example:4000', [], false));
+    for (const host of ['127.0.0.1:4000', 'localhost:4000', 'app.localhost', '[::1]:4000']) {
+      assert.ok(hostIsLocal(host), host);
+      assert.ok(originAllowed(`http://${host}`, host, [], true), host);
+    }
+    for (const host of ['attacker.example', 'localhost.attacker.example:80', 'example', '[::1']) {
+      assert.ok(!hostIsLocal(host), host);
+    }
+    // An open server served under a name of its own lists it in ALLOWED_ORIGINS.
+    const allowed = parseOrigins('https://collab.example');
+    assert.ok(originAllowed('https://collab.example', 'collab.example', allowed, true));
+    assert.ok(hostAllowed('Collab.Example', allowed));
+    assert.ok(!hostAllowed('collab.example:8080', allowed));
   });
 
   it('refuses entries that are not origins', () => {
