@@ -20,7 +20,7 @@ import { Admission } from './protocol/admission.js';
 import { ClientOwners } from './protocol/client_owners.js';
 import { attachProtocol } from './protocol/connection.js';
 import { sendAway } from './protocol/outbound.js';
-import type { Authenticate, ScriptoriumNamespace } from './protocol/socket.js';
+import { roomOf, type Authenticate, type ScriptoriumNamespace } from './protocol/socket.js';
 import { MemoryStore } from './stores/memory_store.js';
 import type { Store } from './stores/store.js';
 
@@ -214,12 +214,13 @@ export function createCollab(options: CollabOptions = {}): Collab {
 
   const transport: RoomTransport = {
     broadcast(docId, message) {
-      for (const nsp of namespaces) nsp.to(docId).emit('steps', message);
+      const name = roomOf(docId);
+      for (const nsp of namespaces) nsp.to(name).emit('steps', message);
     },
     evict(docId, code, message) {
       for (const nsp of namespaces) {
-        nsp.to(docId).emit('closing', { code, message, retryAfterMs: 0 });
-        nsp.in(docId).disconnectSockets(true);
+        nsp.to(roomOf(docId)).emit('closing', { code, message, retryAfterMs: 0 });
+        nsp.in(roomOf(docId)).disconnectSockets(true);
       }
     },
   };

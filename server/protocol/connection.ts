@@ -20,6 +20,7 @@ import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
 import {
   hasExpired,
+  roomOf,
   type Authenticate,
   type Identity,
   type ScriptoriumNamespace,
@@ -324,7 +325,7 @@ export function attachProtocol(
               if (room.state !== 'open') return ack(refusal('unavailable'));
               // Joining the Socket.io room and answering happen in one synchronous step: every
               // broadcast after the answer's version reaches this socket, and none before it.
-              void socket.join(room.docId);
+              void socket.join(roomOf(room.docId));
               socket.data.room = room;
               rooms.attach(room);
               answerFrom(room);

@@ -4,7 +4,7 @@ import {
   type PresenceBroadcast,
 } from '../../schema/index.js';
 import type { Logger } from 'pino';
-import { hasExpired, type ScriptoriumNamespace, type ScriptoriumSocket } from './socket.js';
+import { hasExpired, roomOf, type ScriptoriumNamespace, type ScriptoriumSocket } from './socket.js';
 import { guarded } from './guard.js';
 
 /// Shortest time between two presence relays of one socket: at most 20 a second.
@@ -119,7 +119,7 @@ export function attachPresence(
           return;
       }
       // The socket has already left its rooms by now, so this reaches only the others.
-      io.to(docId).emit('presence-leave', { clientID });
+      io.to(roomOf(docId)).emit('presence-leave', { clientID });
     }),
   );
 }
@@ -133,7 +133,7 @@ function relay(
   presence.sent = broadcast;
   presence.waiting = null;
   presence.lastSentAt = now;
-  socket.to(socket.data.docId).emit('presence', broadcast);
+  socket.to(roomOf(socket.data.docId)).emit('presence', broadcast);
 }
 
 /// Tells a socket that has just announced itself where everyone else in its room is.
@@ -151,7 +151,7 @@ function introduce(
 }
 
 function* roomSockets(io: ScriptoriumNamespace, docId: string): Generator<ScriptoriumSocket> {
-  const ids = io.adapter.rooms.get(docId);
+  const ids = io.adapter.rooms.get(roomOf(docId));
   if (!ids) return;
   for (const id of ids) {
     const socket = io.sockets.get(id);

@@ -75,3 +75,12 @@ export type ScriptoriumSocket = Socket<
 export function hasExpired(data: SocketData, now = Date.now()): boolean {
   return now >= data.expiresAt;
 }
+
+/// The Socket.io room of a document's sockets. Socket.io puts every socket in a room named by
+/// its own id, and a socket id is a valid document id: named by the id alone, a document
+/// called like another socket's id would share that socket's room, and the socket would
+/// receive the document's steps and presence (and be sent away with it). No socket id holds a
+/// space.
+export function roomOf(docId: string): string {
+  return `doc ${docId}`;
+}

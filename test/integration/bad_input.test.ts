@@ -194,6 +194,38 @@ describe('bad input gets a coded error and changes nothing', () => {
     }
   });
 
+  it('keeps a document named like another socket`s id apart from that socket', async () => {
+    // Socket.io puts every socket in a room named by its id, and a socket id is a valid
+    // document id: the document's steps and presence must not reach that socket.
+    const victim = rawSocket(server.url, { doc: 'victim-doc' }, { clientID: 'victim' });
+    const seen: string[] = [];
+    victim.on('steps', () => seen.push('steps'));
+    victim.on('presence', () => seen.push('presence'));
+    await new Promise<void>((resolve) => victim.once('connect', () => resolve()));
+    const joined = await ask<SyncAnswer>(victim, 'join', {});
+    assert.ok(joined.ok);
+    const attacker = rawSocket(server.url, { doc: victim.id! }, { clientID: 'attacker' });
+    try {
+      await new Promise<void>((resolve) => attacker.once('connect', () => resolve()));
+      const own = await ask<SyncAnswer>(attacker, 'join', {});
+      assert.ok(own.ok);
+      const answer = await ask<StepsAnswer>(attacker, 'steps', {
+        version: own.version,
+        steps: [validStep],
+      });
+      assert.ok(answer.ok);
+      attacker.emit('presence', { version: answer.version, anchor: 1, head: 1 });
+      // A round trip of the victim's after both: anything sent to it has arrived by then.
+      await ask(victim, 'pull', {});
+      await ask(attacker, 'pull', {});
+      await ask(victim, 'pull', {});
+      assert.deepEqual(seen, []);
+    } finally {
+      attacker.close();
+      victim.close();
+    }
+  });
+
   it('refuses steps from a read-only socket with forbidden', async () => {
     // A reader follows a document; a writer makes it.
     const writer = rawSocket(server.url, 'read-only', 'w');

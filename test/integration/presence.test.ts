@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Socket } from 'socket.io-client';
 import type { PresenceBroadcast, PresenceUpdate, SyncAnswer } from '../../schema/index.js';
+import { roomOf } from '../../server/protocol/socket.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { rawSocket } from '../support/socket.js';
 import { waitFor } from '../support/wait.js';
@@ -96,7 +97,7 @@ describe('presence', () => {
     again.socket.emit('presence', update(2));
     await waitFor(() => b.presences.length === 2, 'b to see the new socket');
     a.socket.close();
-    const room = () => server.server.io.sockets.adapter.rooms.get('presence-leave')?.size;
+    const room = () => server.server.io.sockets.adapter.rooms.get(roomOf('presence-leave'))?.size;
     await waitFor(() => room() === 2, 'the server to see the old socket go');
     // The leave would be emitted as the socket left the room; a round trip of b's orders after it.
     await new Promise((resolve) => b.socket.emit('pull', {}, resolve));
