@@ -24,11 +24,20 @@ export interface GatewayOptions {
 const nodePattern = /^[A-Za-z0-9.-]+:\d{1,5}$/;
 const addressPattern = /^([0-9.]+|[0-9A-Fa-f:]+)(\/\d{1,3})?$/;
 
+/// The most ':' a document id holds (docIdPattern: 128 characters), so the most `%3A` the
+/// gateway decodes in a Socket.io request's `doc`.
+const maxColons = 128;
+/// How many of them one map of `docKeyMaps` decodes.
+const colonsPerMap = 8;
+
 /// Renders nginx.conf. Every connection and request of one document goes to one node:
 /// Socket.io by the `doc` query parameter (the client sends it in every handshake, websocket
 /// and polling alike, and in every polling request), `GET /docs/:id` by the id in the path,
 /// both through `hash … consistent` (ketama), so that adding or removing a node moves only
-/// the documents of its part of the ring. A node that refuses connections or times out is
+/// the documents of its part of the ring. Both are hashed as the decoded id, which the path
+/// is already (nginx decodes it before matching a location): `doc` has its `%3A`s decoded (see
+/// `docKeyMaps`), the only escapes the nodes accept in it, and the `/docs/` location matches as
+/// express routes (any letter case, an optional trailing slash). A node that refuses connections or times out is
 /// marked failed for `failTimeoutSec` (passive health: `max_fails=1`) and the request goes to
 /// the next node on the ring (`proxy_next_upstream`), which takes the document's lease once the
 /// dead node's expires. `/metrics…` and `/dashboard…` answer 404 at the gateway (each node is
@@ -96,6 +105,8 @@ ${realIp}
     '' close;
   }
 
+${docKeyMaps()}
+
   # Documents: one node per document id, on a consistent-hash ring.
   upstream scriptorium_documents {
     hash $scriptorium_doc consistent;
@@ -122,7 +133,7 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
     proxy_next_upstream_tries ${options.nodes.length};
 
     location /socket.io/ {
-      set $scriptorium_doc $arg_doc;
+      set $scriptorium_doc $scriptorium_query_doc;
       proxy_pass http://scriptorium_documents;
 ${forwarded}
       proxy_set_header Upgrade $http_upgrade;
@@ -133,7 +144,9 @@ ${forwarded}
       proxy_buffering off;
     }
 
-    location ~ ^/docs/([^/]+)$ {
+    # As express matches \`/docs/:id\`: in any letter case, with or without a trailing slash
+    # (the nodes serve \`/Docs/x/\` as \`x\`, which must not go to any node).
+    location ~* ^/docs/([^/]+)/?$ {
       set $scriptorium_doc $1;
       proxy_pass http://scriptorium_documents;
 ${forwarded}
@@ -158,6 +171,40 @@ ${forwarded}
   }
 }
 `;
+}
+
+/// The maps that make a Socket.io request's hash key, `$scriptorium_query_doc`: `doc`'s value
+/// with every `%3A` (or `%3a`) decoded to ':', so that socket.io-client, which encodes ':'
+/// (encodeURIComponent), and a hand-built URL that does not, both hash as the id that
+/// `GET /docs/:id` hashes. nginx has no function that decodes an argument, and a map's regex
+/// replaces what it matches once: each map of a chain decodes up to `colonsPerMap` of the
+/// `%3A`s left (its first pattern that matches: the most first), enough maps for as many ':'
+/// as an id can hold. Not one map per ':': nginx refuses to evaluate variables nested about
+/// 100 deep (an error, "cycle while evaluating variable", and an empty key). The chain runs
+/// only for a value with a '%' in it. Other escapes are not decoded: the nodes refuse a `doc`
+/// with any (see the handshake check in server/protocol/connection.ts), as they refuse a
+/// second `doc` key in any letter case (`$arg_doc` is the first key named so in any case,
+/// Engine.IO's the last spelled `doc`).
+function docKeyMaps(): string {
+  const maps = Math.ceil(maxColons / colonsPerMap);
+  const lines = [
+    '  # The document a Socket.io request names, decoded (see docKeyMaps in deploy/nginx.ts).',
+    '  map $arg_doc $scriptorium_query_doc {',
+    `    "~%" $scriptorium_doc_decoded_${maps};`,
+    '    default $arg_doc;',
+    '  }',
+  ];
+  for (let i = 1; i <= maps; i++) {
+    const from = i === 1 ? '$arg_doc' : `$scriptorium_doc_decoded_${i - 1}`;
+    lines.push(`  map ${from} $scriptorium_doc_decoded_${i} {`);
+    for (let colons = colonsPerMap; colons >= 1; colons--) {
+      const parts = Array.from({ length: colons }, (_, j) => `(?<c${j}>[^%]*)%3[Aa]`);
+      const value = Array.from({ length: colons }, (_, j) => `$c${j}:`).join('');
+      lines.push(`    "~^${parts.join('')}(?<rest>.*)$" "${value}$rest";`);
+    }
+    lines.push(`    default ${from};`, '  }');
+  }
+  return lines.join('\n');
 }
 
 /// Parses a node list as given in SCRIPTORIUM_NODES: `host:port` entries separated by commas

@@ -108,9 +108,11 @@ export function attachProtocol(
   function check(socket: ScriptoriumSocket): HandshakeError | Handshake {
     if (draining()) return new HandshakeError('shutting-down');
     const doc = socket.handshake.query['doc'];
-    if (typeof doc !== 'string' || !docIdPattern.test(doc) || !oneDocument(socket.request.url)) {
+    if (typeof doc !== 'string' || !docIdPattern.test(doc)) {
       return new HandshakeError('bad-document-id');
     }
+    const spelling = spellingProblem(socket.request.url, doc);
+    if (spelling) return new HandshakeError('bad-document-id', spelling);
     const auth = socket.handshake.auth as Record<string, unknown> | undefined;
     const clientID = auth?.['clientID'];
     if (typeof clientID !== 'string' || !clientIdPattern.test(clientID)) {
@@ -452,13 +454,51 @@ function identityProblem(value: unknown): string | null {
   return null;
 }
 
-/// True when the handshake's URL names exactly one `doc`. Engine.IO keeps the last of repeated
-/// query keys, so `?doc=A&doc=B` would otherwise open B for a client (or a proxy routing on the
-/// first value) that meant A.
-function oneDocument(url: string | undefined): boolean {
-  const query = url?.indexOf('?') ?? -1;
-  if (query < 0) return false;
-  return new URLSearchParams(url!.slice(query + 1)).getAll('doc').length === 1;
+/// A `doc` value as a gateway can read it: the id's own characters, with ':' as it is or
+/// percent-encoded (socket.io-client encodes it).
+const routableDoc = /^(?:[A-Za-z0-9._:-]|%3[Aa])+$/;
+/// A path as nginx matches it: no empty or dot segment, no escape (it normalises those before
+/// choosing a location, and passes the path on as sent).
+const routablePath = /^(?:\/[^/.%][^/%]*)*\/?$/;
+
+/// Why the handshake's URL names its document otherwise than a gateway in front would route it
+/// (null when it does not). The gateway hashes `$arg_doc`: the first query key that is `doc` in
+/// any letter case, its value decoded only of `%3A` (deploy/nginx.ts), while Engine.IO reads
+/// the last key that decodes to exactly `doc`, decoded whole. So: one key that is `doc` in
+/// any spelling, spelled `doc`, whose value escapes nothing but ':'. Else `?DOC=a&doc=b`, or
+/// `?doc=%61`, would be served as a document the gateway sends to another node (a writer
+/// there has two nodes take the document from each other). Likewise a path the gateway
+/// normalises (`/socket.io/../docs/x?doc=y` is routed as `GET /docs/x`, and Engine.IO takes it
+/// as its own).
+function spellingProblem(url: string | undefined, doc: string): string | null {
+  const queryAt = url?.indexOf('?') ?? -1;
+  if (queryAt < 0) return 'The document must be named in the query, as doc';
+  if (!routablePath.test(url!.slice(0, queryAt))) {
+    return 'The path must have no empty or dot segments and no escapes';
+  }
+  let value: string | null = null;
+  let keys = 0;
+  for (const pair of url!.slice(queryAt + 1).split('&')) {
+    const equals = pair.indexOf('=');
+    const key = equals < 0 ? pair : pair.slice(0, equals);
+    if (key.toLowerCase() !== 'doc' && decodeKey(pair).toLowerCase() !== 'doc') continue;
+    keys++;
+    if (key === 'doc' && equals >= 0) value = pair.slice(equals + 1);
+  }
+  if (keys !== 1 || value === null) {
+    return 'The document must be named once, as doc (in lower case, and no other key spelled so)';
+  }
+  // The check of `doc` itself already passed: this is its spelling.
+  if (!routableDoc.test(value) || value.replace(/%3a/gi, ':') !== doc) {
+    return "The document id must be sent with no escapes but ':' as %3A";
+  }
+  return null;
+}
+
+/// A query key (of a pair without '&') as URLSearchParams, so Engine.IO, decodes it. After
+/// an '&', as in the query: alone, a leading '?' would be dropped.
+function decodeKey(pair: string): string {
+  return new URLSearchParams(`&${pair}`).keys().next().value ?? '';
 }
 
 /// Answers a `join` or `pull`, then drops the socket if the answer (a whole document, say)

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,9 +16,9 @@ import type { SyncAnswer } from '../../schema/index.js';
 import { parseNodeList, renderNginxConfig } from '../../deploy/nginx.js';
 import { createTokenVerifier } from '../../server/protocol/auth.js';
 import { freePort } from '../support/redis_process.js';
+import { nginxBinary, startNginx } from '../support/nginx.js';
 import { startServer } from '../support/server.js';
 import { ask } from '../support/socket.js';
-import { delay } from '../support/wait.js';
 
 // The deployment files, checked without the platforms (no Docker, no Render here): the
 // Blueprint and the compose file have the shape the README promises and refer only to things
@@ -181,8 +181,11 @@ describe('the gateway config', () => {
         prefix: dir,
       });
       assert.match(config, /hash \$scriptorium_doc consistent;/);
-      assert.match(config, /set \$scriptorium_doc \$arg_doc;/);
-      assert.match(config, /location ~ \^\/docs\/\(\[\^\/\]\+\)\$ \{\s+set \$scriptorium_doc \$1;/);
+      assert.match(config, /set \$scriptorium_doc \$scriptorium_query_doc;/);
+      assert.match(
+        config,
+        /location ~\* \^\/docs\/\(\[\^\/\]\+\)\/\?\$ \{\s+set \$scriptorium_doc \$1;/,
+      );
       assert.match(config, /proxy_set_header Upgrade \$http_upgrade;/);
       assert.equal(config.match(/server 127\.0\.0\.1:410[123] max_fails=1/g)?.length, 6);
       await writeFile(join(dir, 'nginx.conf'), config);
@@ -197,42 +200,6 @@ describe('the gateway config', () => {
     assert.throws(() => renderNginxConfig({ nodes: ['a b:1'], listen: '80', prefix: '/tmp' }));
   });
 });
-
-/// The nginx binary: Debian's, or whichever is on the PATH.
-const nginxBinary = existsSync('/usr/sbin/nginx') ? '/usr/sbin/nginx' : 'nginx';
-
-/// Writes `config` to `dir`/nginx.conf (first: nginx started before it exists exits at once),
-/// starts nginx in the foreground on it, and waits until `probe` (a URL through it) answers
-/// 200. Returns a function that stops it gracefully and waits for its exit.
-async function startNginx(
-  dir: string,
-  config: string,
-  probe: string,
-): Promise<() => Promise<void>> {
-  await writeFile(join(dir, 'nginx.conf'), config);
-  const nginx = spawn(
-    nginxBinary,
-    [
-      ...['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
-      ...['-g', 'daemon off;'],
-    ],
-    { stdio: 'ignore' },
-  );
-  const exited = once(nginx, 'exit');
-  const stop = async (): Promise<void> => {
-    nginx.kill('SIGQUIT');
-    await exited;
-  };
-  for (let tries = 0; ; tries++) {
-    const answer = await fetch(probe).catch(() => null);
-    if (answer?.status === 200) return stop;
-    if (tries > 200 || nginx.exitCode !== null) {
-      await stop();
-      assert.fail(`the gateway did not answer ${probe}`);
-    }
-    await delay(25);
-  }
-}
 
 describe('the gateway, running', () => {
   it('answers 404 for the metrics and the dashboard (nodes are scraped directly) and proxies the rest', async () => {
