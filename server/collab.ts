@@ -94,7 +94,12 @@ export interface CollabOptions {
   onLoad?: (event: DocumentEvent) => HookResult;
   /// Called after every accepted batch is durable, broadcast and acknowledged.
   onAccepted?: (event: AcceptedEvent) => HookResult;
-  /// Called after a document was saved and dropped from memory.
+  /// Called once for every load (that `onLoad` did not refuse), when the document has left
+  /// memory, whichever way: unloaded when idle or for another document (after its snapshot),
+  /// handed to another node or its lease lost, closed after a failure or after finding that
+  /// another writer (or a store gone back to an older state) changed it, or at `close`.
+  /// `version` and `doc` are what this process last published (all of it durable); after a
+  /// move or a conflict the document may have gone on elsewhere.
   onUnload?: (event: DocumentEvent) => HookResult;
   limits?: Partial<CollabLimits>;
   /// A pino logger (or a child of the host's); warnings and errors only by default.

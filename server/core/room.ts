@@ -55,7 +55,9 @@ export interface RoomHooks {
   /// rejecting refuses the load with the error's code (`CodedError`) or `internal`.
   loaded?(room: Room): Promise<void>;
   accepted?(batch: AcceptedBatch): void;
-  /// After a document was saved and dropped from memory.
+  /// Once for every room loaded (whose `loaded` passed), when it has left memory: unloaded
+  /// (after its snapshot), handed over or lost to another process, closed after a failure or
+  /// a conflict, or closed with the registry.
   unloaded?(room: Room): void;
 }
 

@@ -115,6 +115,9 @@ export class Rooms {
   private readonly quarantined = new Map<string, Quarantine>();
   /// Rooms being saved to be unloaded for a new one.
   private readonly evicting = new Set<Room>();
+  /// Rooms loaded (their `loaded` hook, if any, passed) whose unload the host has not been told
+  /// of yet: told once, whichever way the room goes (see `unloaded`).
+  private readonly unannounced = new WeakSet<Room>();
   /// Documents refused as corrupt since start, for the operator's metrics.
   corruptLoads = 0;
   /// Rooms closed because serving them threw, since start.
@@ -272,7 +275,7 @@ export class Rooms {
     this.rooms.clear();
     for (const room of closed) {
       room.close();
-      this.hooks.unloaded?.(room);
+      this.unloaded(room);
     }
     return closed;
   }
@@ -360,12 +363,14 @@ export class Rooms {
         throw err;
       }
     }
+    this.unannounced.add(room);
     // Another load cannot have finished meanwhile (loads of one document are one promise), but
     // the registry may have been closed while this one read the store: registered now, the
     // room would outlive `closeAll` with its lease held.
     if (this.closing) {
       room.close();
       await this.releaseLease(room);
+      this.unloaded(room);
       throw new StoreUnavailableError('shutting down');
     }
     this.rooms.set(docId, room);
@@ -714,10 +719,13 @@ export class Rooms {
       options: this.options,
       hooks: this.hooks,
     });
+    // The room went by itself: handed over or its lease lost (`moved`), failed (`internal`),
+    // another writer or a store gone back found (`stale`).
     room.onClose = (closed) => {
       if (closed.failed) this.roomFailures++;
       if (this.rooms.get(docId) === closed) this.rooms.delete(docId);
       this.cancelUnload(closed);
+      this.unloaded(closed);
     };
     return room;
   }
@@ -766,7 +774,14 @@ export class Rooms {
     this.cancelUnload(room);
     room.close();
     await this.releaseLease(room);
-    this.hooks.unloaded?.(room);
+    this.unloaded(room);
+  }
+
+  /// Tells the host `room` is gone from memory, once per load: a room can be closed, and go,
+  /// more than once (an append refused after a hand-over closed it, `closeAll` of a room still
+  /// asking its store), and one whose `loaded` hook refused it was never loaded for the host.
+  private unloaded(room: Room): void {
+    if (this.unannounced.delete(room)) this.hooks.unloaded?.(room);
   }
 }
 

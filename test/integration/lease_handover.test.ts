@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { createClient } from 'redis';
 import { schema, schemaVersion, type StepsAnswer } from '../../schema/index.js';
 import { loadConfig } from '../../server/config.js';
-import type { Room, RoomTransport } from '../../server/core/room.js';
+import type { Room, RoomHooks, RoomTransport } from '../../server/core/room.js';
 import { Rooms } from '../../server/core/rooms.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
@@ -35,8 +35,12 @@ async function redisStore(): Promise<RedisStore> {
   return store;
 }
 
-/// The rooms of one process (`holder` is `<node>/<instance>`) on `store`.
-function roomsOf(store: Store & Pick<RedisStore, 'leases'>, holder: string): Rooms {
+/// The rooms of one process (`holder` is `<node>/<instance>`) on `store`, with `hooks`.
+function roomsOf(
+  store: Store & Pick<RedisStore, 'leases'>,
+  holder: string,
+  hooks: RoomHooks = {},
+): Rooms {
   const config = loadConfig({ host: '127.0.0.1', port: 0 });
   const transport: RoomTransport = { broadcast() {}, evict() {} };
   return new Rooms({
@@ -47,7 +51,16 @@ function roomsOf(store: Store & Pick<RedisStore, 'leases'>, holder: string): Roo
     log,
     options: { ...config, schemaVersion },
     leases: { store: store.leases, holder, ttlMs },
+    hooks,
   });
+}
+
+/// Hooks that note each load and unload as `<load|unload> <doc>@<version>`.
+function noting(events: string[]): RoomHooks {
+  return {
+    loaded: async (room) => void events.push(`load ${room.docId}@${room.publishedVersion}`),
+    unloaded: (room) => void events.push(`unload ${room.docId}@${room.publishedVersion}`),
+  };
 }
 
 /// Types `text` at the start of `room`'s document as `clientID`; resolves with the answer.
@@ -130,6 +143,43 @@ describe('documents changing hands', () => {
       // After two lease times it may serve it again.
       await delay(2 * ttlMs + 50);
       assert.equal((await p.get('handed', true))?.publishedVersion, 1);
+    } finally {
+      p.closeAll();
+      q.closeAll();
+    }
+  });
+
+  it('tells the host once of every document that leaves memory, handed over or lost, failed or closed', async () => {
+    const store = await redisStore();
+    const events: string[] = [];
+    const p = roomsOf(store, 'node-p/1', noting(events));
+    const q = roomsOf(store, 'node-q/1');
+    try {
+      // Handed over: saved, its editors sent away, dropped from memory.
+      const handed = (await p.get('gone-handed', true))!;
+      assert.deepEqual(await send(handed, 'p'), { ok: true, version: 1 });
+      await assert.rejects(q.get('gone-handed', true), { code: 'moved' });
+      await waitFor(() => handed.state === 'closed', 'p handed it over', 5000);
+      // Its lease lost: the next append is refused, the room closed.
+      const lost = (await p.get('gone-lost', true))!;
+      assert.deepEqual(await send(lost, 'p'), { ok: true, version: 1 });
+      await store.leases.release('gone-lost', lost.lease!);
+      assert.ok((await store.leases.acquire('gone-lost', 'node-q/1', ttlMs)).ok);
+      assert.equal((await send(lost, 'p')).ok, false);
+      // Failed while serving it.
+      const failed = (await p.get('gone-failed', true))!;
+      failed.fail(new Error('a bug'));
+      // Still loaded at close.
+      await p.get('gone-closed', true);
+      assert.deepEqual(events.splice(0).sort(), [
+        ...['load gone-closed@0', 'load gone-failed@0', 'load gone-handed@0'],
+        ...['load gone-lost@0', 'unload gone-failed@0', 'unload gone-handed@1'],
+        'unload gone-lost@1',
+      ]);
+      // Each once: closing the registry tells of the one left, and of none again.
+      lost.moved('closed again');
+      p.closeAll();
+      assert.deepEqual(events, ['unload gone-closed@0']);
     } finally {
       p.closeAll();
       q.closeAll();
