@@ -222,9 +222,9 @@ export function createCollab(options: CollabOptions = {}): Collab {
       const name = roomOf(docId);
       for (const nsp of namespaces) nsp.to(name).emit('steps', message);
     },
-    evict(docId, code, message) {
+    evict(docId, code, message, retryAfterMs) {
       for (const nsp of namespaces) {
-        nsp.to(roomOf(docId)).emit('closing', { code, message, retryAfterMs: 0 });
+        nsp.to(roomOf(docId)).emit('closing', { code, message, retryAfterMs });
         nsp.in(roomOf(docId)).disconnectSockets(true);
       }
     },

@@ -88,9 +88,14 @@ const securityHeaders = helmet({
   xFrameOptions: { action: 'deny' },
 });
 
-/// Sends a coded error with the HTTP status that matches it.
-export function sendError(res: Response, code: ErrorCode, message?: string): void {
-  res.status(statusOf[code] ?? 500).json(errorBody(code, message));
+/// Sends a coded error with the HTTP status that matches it (and `retryAfterMs` when given).
+export function sendError(
+  res: Response,
+  code: ErrorCode,
+  message?: string,
+  retryAfterMs?: number,
+): void {
+  res.status(statusOf[code] ?? 500).json(errorBody(code, message, retryAfterMs));
 }
 
 /// The express application: `GET /healthz` and `GET /docs/:id`. Other parts (metrics, the web
@@ -137,7 +142,14 @@ export function createHttpApp(context: HttpContext): Express {
     try {
       room = await context.rooms.get(id, false);
     } catch (err) {
-      return sendError(res, loadFailureCode(err));
+      // `moved` knows when the document is likely served (see `Rooms.acquire`).
+      const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+      return sendError(
+        res,
+        loadFailureCode(err),
+        undefined,
+        typeof retryAfterMs === 'number' ? retryAfterMs : undefined,
+      );
     }
     if (!room) return sendError(res, 'not-found');
     res.json({ version: room.publishedVersion, epoch: room.epoch, doc: room.publishedJSON() });

@@ -15,11 +15,20 @@ import type { Authority } from './authority.js';
 import type { Lease, Snapshot, Store, StoredPosition } from '../stores/store.js';
 
 /// What a room needs from the transport: one broadcast per flush to every socket of the
-/// document, and a way to send everyone away when the room's copy can no longer be trusted.
+/// document, and a way to send everyone away when the room's copy can no longer be trusted
+/// (`retryAfterMs`: when to come back, for `closing`).
 export interface RoomTransport {
   broadcast(docId: string, message: StepsBroadcast): void;
-  evict(docId: string, code: ErrorCode, message: string): void;
+  evict(docId: string, code: ErrorCode, message: string, retryAfterMs: number): void;
 }
+
+/// When editors this process stopped serving a document for (`moved`: handed over, its lease
+/// lost or lapsed) should try again: by then the lease is free or another process holds it,
+/// and serves it, save for the release's (or the other's acquire's) round trip to the store,
+/// which this covers. Sooner, they could reach the next holder before the release and be
+/// answered `moved` for a renewal period (see `Rooms.acquire`); with no hint at all, clients
+/// fall back to their own backoff.
+export const movedRetryMs = 100;
 
 /// Receives the outcome and timings of every `steps` message: 'accepted' or an error code,
 /// and milliseconds from `performance.now()` when it was received, validated and applied,
@@ -712,7 +721,7 @@ export class Room {
       },
       // Cut off from the store, as a rule while another process can reach it: the editors go
       // there now rather than wait for this one.
-      () => this.transport.evict(this.docId, 'moved', errorBody('moved').message),
+      () => this.transport.evict(this.docId, 'moved', errorBody('moved').message, movedRetryMs),
     );
   }
 
@@ -734,7 +743,7 @@ export class Room {
         );
         this.leave('stale', 'The document changed elsewhere: rejoin');
       },
-      () => this.transport.evict(this.docId, 'unavailable', errorBody('unavailable').message),
+      () => this.transport.evict(this.docId, 'unavailable', errorBody('unavailable').message, 0),
     );
   }
 
@@ -801,7 +810,8 @@ export class Room {
   /// registry.
   private leave(code: ErrorCode, message?: string): void {
     this.close();
-    this.transport.evict(this.docId, code, message ?? errorBody(code).message);
+    const retryAfterMs = code === 'moved' ? movedRetryMs : 0;
+    this.transport.evict(this.docId, code, message ?? errorBody(code).message, retryAfterMs);
     this.onClose(this);
   }
 
@@ -835,7 +845,10 @@ export class Room {
     received: number,
     steps: number,
   ): void {
-    ack({ ok: false, ...errorBody(code, message), version });
+    // A batch refused `moved` (its room's lease found gone) comes back once the document is
+    // served elsewhere, like the room's editors.
+    const retryAfterMs = code === 'moved' ? movedRetryMs : undefined;
+    ack({ ok: false, ...errorBody(code, message, retryAfterMs), version });
     if (this.observer) {
       const now = performance.now();
       this.observer.record(this.docId, code, steps, received, now, NaN, now);

@@ -112,15 +112,20 @@ describe('the Redis store`s leases', () => {
   });
 });
 
+interface Closing {
+  code: string;
+  retryAfterMs: number;
+}
+
 /// A joined raw socket on `server` for `doc`, and the closing notices it receives.
 async function joined(
   server: TestServer,
   doc: string,
   clientID: string,
-): Promise<{ socket: Socket; answer: SyncAnswer; closings: { code: string }[] }> {
+): Promise<{ socket: Socket; answer: SyncAnswer; closings: Closing[] }> {
   const socket = rawSocket(server.url, doc, clientID);
-  const closings: { code: string }[] = [];
-  socket.on('closing', (notice: { code: string }) => closings.push(notice));
+  const closings: Closing[] = [];
+  socket.on('closing', (notice: Closing) => closings.push(notice));
   const answer = await ask<SyncAnswer>(socket, 'join', {});
   return { socket, answer, closings };
 }
@@ -174,9 +179,21 @@ describe('two servers on one Redis', () => {
     const onB = await joined(b, 'handed', 'bob');
     assert.equal(!onB.answer.ok && onB.answer.code, 'moved');
     assert.ok(!onB.answer.ok && typeof onB.answer.retryAfterMs === 'number');
+    // So does a read there.
+    const read = await fetch(`${b.url}/docs/handed`);
+    assert.equal(read.status, 503);
+    const body = (await read.json()) as { code: string; retryAfterMs?: number };
+    assert.equal(body.code, 'moved');
+    assert.ok(typeof body.retryAfterMs === 'number' && body.retryAfterMs > 0, JSON.stringify(body));
     // b asked for it: a hands it over at a renewal after holding it a lease time, and sends
     // its editor away with `moved`.
     await waitFor(() => onA.closings.some((c) => c.code === 'moved'), 'a hands over', 5000);
+    // With when to come back: once the lease is released (it was 0, at once, and a client
+    // fell back to its own backoff).
+    assert.ok(
+      onA.closings.every((c) => c.retryAfterMs > 0),
+      JSON.stringify(onA.closings),
+    );
     let answer: SyncAnswer = onB.answer;
     for (let i = 0; i < 20 && !answer.ok; i++) {
       await delay(100);
@@ -189,6 +206,36 @@ describe('two servers on one Redis', () => {
     const late = await joined(a, 'handed', 'carol');
     assert.equal(!late.answer.ok && late.answer.code, 'moved');
     for (const s of [onA.socket, onB.socket, late.socket]) s.close();
+  });
+
+  it('answers a batch refused because the lease was lost with when to try again', async () => {
+    const onA = await joined(a, 'lost-lease', 'fay');
+    assert.ok(onA.answer.ok);
+    assert.deepEqual(await typeInto(onA.socket, a, 'lost-lease', 'kept '), {
+      ok: true,
+      version: 1,
+    });
+    // The lease passes to another holder behind a's back (it expired while a was paused).
+    const other = new RedisStore({ url: redisUrl, keyPrefix });
+    await other.ready();
+    try {
+      await other.leases.release('lost-lease', a.server.rooms.peek('lost-lease')!.lease!);
+      assert.ok((await other.leases.acquire('lost-lease', 'node-x/1', leaseMs)).ok);
+      const refused = await typeInto(onA.socket, a, 'lost-lease', 'refused ');
+      assert.equal(!refused.ok && refused.code, 'moved');
+      assert.ok(
+        !refused.ok && typeof refused.retryAfterMs === 'number' && refused.retryAfterMs > 0,
+        JSON.stringify(refused),
+      );
+      await waitFor(() => onA.closings.some((c) => c.code === 'moved'), 'a sends its editor away');
+      assert.ok(
+        onA.closings.every((c) => c.retryAfterMs > 0),
+        JSON.stringify(onA.closings),
+      );
+    } finally {
+      onA.socket.close();
+      await other.close();
+    }
   });
 
   it('a server cut off from Redis past the lease time stops serving; nothing acknowledged is lost', async () => {
@@ -204,6 +251,10 @@ describe('two servers on one Redis', () => {
     proxy.cut();
     // a cannot renew: its readiness fails, and after a lease time it sends its editors away.
     await waitFor(() => onA.closings.some((c) => c.code === 'moved'), 'a gives up', 5000);
+    assert.ok(
+      onA.closings.every((c) => c.retryAfterMs > 0),
+      JSON.stringify(onA.closings),
+    );
     assert.equal((await fetch(`${a.url}/readyz`)).status, 503);
     // b takes the document once the lease expired, with everything a acknowledged.
     const onB = await joined(b, 'cut-off', 'ed');
