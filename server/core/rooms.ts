@@ -108,7 +108,8 @@ export interface Quarantine {
 /// and its snapshot is written. A failed snapshot keeps the room loaded and is retried.
 export class Rooms {
   private readonly rooms = new Map<string, Room>();
-  private readonly loading = new Map<string, Promise<Room | null>>();
+  /// Loads in flight, by document id, and whether each may claim the document (an editor's).
+  private readonly loading = new Map<string, { load: Promise<Room | null>; claims: boolean }>();
   /// By room, not by document id: a timer armed for a room that is then dropped must not be
   /// taken for one of the next room of its document.
   private readonly unloadTimers = new Map<Room, NodeJS.Timeout>();
@@ -227,10 +228,21 @@ export class Rooms {
     }
     const inFlight = this.loading.get(docId);
     if (inFlight) {
-      return inFlight.then((loaded) => (loaded || !create ? loaded : this.get(docId, create)));
+      return inFlight.load.then(
+        (loaded) => (loaded || !create ? loaded : this.get(docId, create)),
+        (err: unknown) => {
+          // A read's load answers `moved` without asking the holder to hand the document over
+          // (a reader must not move it from its editors): an editor that shared it asks now,
+          // or it would be answered `moved` with nobody asking, and come back to the same.
+          if (create && !inFlight.claims && err instanceof CodedError && err.code === 'moved') {
+            return this.get(docId, create);
+          }
+          throw err;
+        },
+      );
     }
     const load = this.load(docId, create).finally(() => this.loading.delete(docId));
-    this.loading.set(docId, load);
+    this.loading.set(docId, { load, claims: create !== false });
     return load;
   }
 

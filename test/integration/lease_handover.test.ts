@@ -186,6 +186,29 @@ describe('documents changing hands', () => {
     }
   });
 
+  it("asks for a document for an editor whose join shared a reader's load", async () => {
+    const store = await redisStore();
+    const p = roomsOf(store, 'node-p/1');
+    const q = roomsOf(store, 'node-q/1');
+    try {
+      const room = (await p.get('shared-load', true))!;
+      assert.deepEqual(await send(room, 'p'), { ok: true, version: 1 });
+      // A reader's load is in flight on q when an editor's join comes: the editor shares it.
+      const read = q.get('shared-load', false);
+      const write = q.get('shared-load', true);
+      await assert.rejects(read, { code: 'moved' });
+      await assert.rejects(write, { code: 'moved' });
+      // The reader did not ask p for the document; the editor did (it used to be answered
+      // `moved` with nobody asking, and come back to the same answer for as long as p held it).
+      assert.equal(await redisGet(docKeys(keyPrefix, 'shared-load').wanted), 'node-q/1');
+      await waitFor(() => room.state === 'closed', 'p handed it over', 5000);
+      assert.equal((await q.get('shared-load', true))?.publishedVersion, 1);
+    } finally {
+      p.closeAll();
+      q.closeAll();
+    }
+  });
+
   it('marks a node gone before releasing its leases at shutdown, so the document stays its', async () => {
     const store = await redisStore();
     const home = roomsOf(store, 'node-home/1');
