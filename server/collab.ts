@@ -225,7 +225,9 @@ export function createCollab(options: CollabOptions = {}): Collab {
     evict(docId, code, message, retryAfterMs) {
       for (const nsp of namespaces) {
         nsp.to(roomOf(docId)).emit('closing', { code, message, retryAfterMs });
-        nsp.in(roomOf(docId)).disconnectSockets(true);
+        // Out of the namespace, not off their connections: a client may share one with an
+        // embedding host's own namespaces (see `sendAway`).
+        nsp.in(roomOf(docId)).disconnectSockets(false);
       }
     },
   };
