@@ -1,4 +1,4 @@
-import type { Node } from 'prosemirror-model';
+import { Slice, type Node } from 'prosemirror-model';
 import { AttrStep, DocAttrStep, Step, type StepMap } from 'prosemirror-transform';
 import { StepRebaser, type StepJSON } from '../../schema/index.js';
 import { checkChanged, nodeStats } from './doc_check.js';
@@ -146,6 +146,17 @@ export class Authority {
         return this.invalid(i, (err as Error).message);
       }
       const json = step.toJSON() as StepJSON;
+      const lost = lostSlice(step);
+      if (lost === 'malformed') return this.invalid(i, 'its slice is open but holds nothing');
+      if (lost === 'empty') {
+        // The JSON journaled and broadcast is what every other editor (and a replay) applies:
+        // read back from it, the step applied and mapped here is that one.
+        try {
+          step = Step.fromJSON(this.doc.type.schema, json);
+        } catch (err) {
+          return this.invalid(i, (err as Error).message);
+        }
+      }
       const problem = stepProblem(json);
       if (problem) return this.invalid(i, problem);
       if (json.stepType === 'markSet') count += (json['steps'] as unknown[]).length - 1;
@@ -414,4 +425,23 @@ export class Authority {
       }
     }
   }
+}
+
+/// Whether `step`'s slice is lost in its JSON: prosemirror-transform writes a replace step's
+/// slice only when its size is above zero, and a slice without content as null. Applied as
+/// sent, such a step would be journaled and broadcast as another one (with the empty slice):
+/// every editor, and a replay of the journal, would apply something else than the server did,
+/// and its map in the history (a size of -2 for `{content: [], openStart: 1, openEnd: 1}`)
+/// would misplace others' rebased edits. `malformed`: a slice with no content that claims open
+/// depths, which no editor makes (refused). `empty`: content of size zero once its open ends
+/// are counted (an open paragraph in a ReplaceAroundStep), which prosemirror-transform itself
+/// takes for the empty slice (read back from its JSON). null for every other step, whose JSON
+/// reads back as the same step: the hot path parses it once.
+function lostSlice(step: Step): 'malformed' | 'empty' | null {
+  const slice = (step as { slice?: unknown }).slice;
+  if (!(slice instanceof Slice) || slice.size > 0) return null;
+  if (slice.content.size === 0) {
+    return slice.openStart > 0 || slice.openEnd > 0 ? 'malformed' : null;
+  }
+  return 'empty';
 }

@@ -57,6 +57,8 @@ export function stepProblem(json: StepJSON): string | null {
   }
   if (json.stepType === 'markSet') {
     const inner = json['steps'] as StepJSON[];
+    // An empty one changes nothing yet would take a version (and count as -1 step).
+    if (inner.length === 0) return 'a markSet needs at least one step';
     for (let i = 0; i < inner.length; i++) {
       const problem = stepProblem(inner[i]!);
       if (problem) return `markSet step ${i}: ${problem}`;

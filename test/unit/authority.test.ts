@@ -346,6 +346,64 @@ describe('Authority under hostile input', () => {
     return () => (now += stepMs);
   }
 
+  it('applies exactly the step it journals and broadcasts, even when its slice does not survive JSON', () => {
+    // prosemirror-transform writes a replace step's slice only when its size is above zero:
+    // a slice of size zero or less with content or open depths was applied as sent but
+    // broadcast as the empty slice. Editors then failed to apply the broadcast (or applied
+    // another step), a replay of the journal found the document corrupt, and the step's map
+    // in the history (a size of -2) misplaced others' rebased edits.
+    const p = (text: string) => schema.node('paragraph', null, text ? schema.text(text) : []);
+    const base = schema.node('doc', null, [p('hello world'), p('second')]);
+    const crafted: StepJSON[] = [
+      { stepType: 'replace', from: 0, to: 1, slice: { content: [], openStart: 0, openEnd: 1 } },
+      { stepType: 'replace', from: 3, to: 3, slice: { content: [], openStart: 1, openEnd: 1 } },
+      {
+        stepType: 'replace',
+        from: 13,
+        to: 13,
+        slice: { content: [{ type: 'paragraph' }], openStart: 1, openEnd: 1 },
+      },
+      {
+        stepType: 'replaceAround',
+        from: 0,
+        to: 13,
+        gapFrom: 1,
+        gapTo: 12,
+        insert: 0,
+        slice: { content: [{ type: 'paragraph' }], openStart: 1, openEnd: 1 },
+        structure: true,
+      },
+    ];
+    let accepted = 0;
+    for (const step of crafted) {
+      const authority = new Authority(base, 0, limits);
+      const outcome = authority.receive(0, [step], 'crafty');
+      if (!outcome.ok) {
+        assert.equal(outcome.code, 'invalid-step');
+        continue;
+      }
+      accepted++;
+      // What every editor does with the broadcast, and a replay with the journal.
+      const broadcast = Step.fromJSON(schema, outcome.steps[0]!);
+      const replayed = broadcast.apply(base);
+      assert.ok(replayed.doc?.eq(authority.doc), `${JSON.stringify(step)}: ${replayed.failed}`);
+      // An honest edit made before it is rebased as prosemirror-collab would: over the map of
+      // the step as broadcast.
+      const honest = insertStep(base, 'X', 10);
+      const rebased = authority.receive(0, [honest], 'honest');
+      assert.ok(rebased.ok, JSON.stringify(step));
+      const expected = Step.fromJSON(schema, honest).map(broadcast.getMap())!.apply(replayed.doc!);
+      assert.ok(authority.doc.eq(expected.doc!), `${JSON.stringify(step)}: ${authority.doc}`);
+    }
+    // The two slices without content that claim open depths are refused (no editor makes
+    // them); the open paragraphs of size zero are taken for the empty slice, as in their JSON.
+    assert.ok(accepted >= 1, `${accepted} of the crafted steps accepted`);
+    for (const step of crafted.slice(0, 2)) {
+      const outcome = new Authority(base, 0, limits).receive(0, [step], 'crafty');
+      assert.equal(!outcome.ok && outcome.code, 'invalid-step', JSON.stringify(step));
+    }
+  });
+
   it('answers an attr step past the document with invalid-step instead of throwing', () => {
     const authority = new Authority(emptyDoc(), 0, limits);
     const outcome = authority.receive(
@@ -378,6 +436,10 @@ describe('Authority under hostile input', () => {
     const tooMany = counted.receive(0, [marks(limits.maxStepsPerBatch + 1)], 'a');
     assert.equal(!tooMany.ok && tooMany.code, 'too-large');
     assert.equal(counted.receive(0, [marks(limits.maxStepsPerBatch)], 'a').ok, true);
+    // An empty one would take a version for nothing, and count as -1 step.
+    const empty = counted.receive(1, [marks(0)], 'a');
+    assert.equal(!empty.ok && empty.code, 'invalid-step');
+    assert.equal(counted.version, 1);
     const slow = new Authority(doc, 0, { ...limits, maxApplyMs: 20 }, slowClock(25));
     const outOfTime = slow.receive(0, [marks(3)], 'a');
     assert.equal(!outOfTime.ok && outOfTime.code, 'too-large');
