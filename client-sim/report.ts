@@ -4,11 +4,13 @@ import type { LevelResult, SwarmProgress, SwarmResult } from './swarm.js';
 /// server's view, in the shape BENCHMARKS.md has always used (steady RPS, the median over
 /// steady windows of the server's p90 and p99); the rest are the simulator's own: edits
 /// confirmed per second, edit-to-confirm p90/p99 over the merged steady windows, the share
-/// of `steps` messages refused, and whether every document converged.
+/// of `steps` messages refused, and whether every document converged; last, the edits offered
+/// and made per second, which differ when the simulator could not keep its own schedule
+/// (`generator-limited`). Columns are only ever added at the end: other tools read the rest.
 export function summaryTable(result: SwarmResult): string {
   const rows = [
-    '| Editors | Steady RPS | p90 (ms) | p99 (ms) | State | Docs | RTT (ms) | Confirmed edits/s | Client p90 (ms) | Client p99 (ms) | Refused | Converged |',
-    '| ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | :--- |',
+    '| Editors | Steady RPS | p90 (ms) | p99 (ms) | State | Docs | RTT (ms) | Confirmed edits/s | Client p90 (ms) | Client p99 (ms) | Refused | Converged | Offered edits/s | Made edits/s |',
+    '| ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: |',
   ];
   for (const level of result.levels) rows.push(summaryRow(level));
   return rows.join('\n');
@@ -32,6 +34,8 @@ function summaryRow(level: LevelResult): string {
     level.convergence.converged
       ? `yes (${level.convergence.checked})`
       : `NO: ${level.convergence.failures.length}`,
+    fixed(steady.offeredPerSec, 1),
+    steady.windows === 0 ? '–' : fixed(steady.editsPerSec, 1),
   ];
   return `| ${cells.join(' | ')} |`;
 }

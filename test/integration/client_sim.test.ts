@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { OptionError, parseSimArgs, validateOptions } from '../../client-sim/options.js';
 import { ServerUnavailableError } from '../../client-sim/server_http.js';
+import { summaryTable } from '../../client-sim/report.js';
 import { runSwarm } from '../../client-sim/swarm.js';
 import { startServer, type TestServer } from '../support/server.js';
 
@@ -74,6 +75,14 @@ describe('client-sim: a short swarm against a real server', () => {
     // 6 editors at 4–6 edits/s offer 24–36 edits/s; the loopback server keeps up.
     assert.ok(steady.editsPerSec > 15 && steady.editsPerSec < 45, `${steady.editsPerSec} edits/s`);
     assert.ok(steady.confirmedPerSec > 10, `${steady.confirmedPerSec} confirmed/s`);
+    // An idle simulator keeps its schedule: the edits made are the edits offered.
+    assert.equal(level.state, 'steady');
+    assert.ok(steady.offeredPerSec > 15 && steady.offeredPerSec < 45);
+    const row = summaryTable(result).split('\n')[2]!;
+    assert.ok(
+      row.endsWith(`| ${steady.offeredPerSec.toFixed(1)} | ${steady.editsPerSec.toFixed(1)} |`),
+      `offered and made at the end of the summary row: ${row}`,
+    );
     assert.equal(result.serverMetrics, true, 'the server offers /metrics/windows');
     // The server's windows are 10 s long and this run's 1 s: none starts at the same moment.
     assert.equal(steady.server, null);

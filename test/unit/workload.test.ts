@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
+import { Pace } from '../../client-sim/pace.js';
 import { Random } from '../../client-sim/random.js';
+import { generatorLimited, type SteadySummary } from '../../client-sim/swarm.js';
 import { randomEdit } from '../../client-sim/workload.js';
 import { emptyDoc, schema } from '../../schema/index.js';
 
@@ -54,5 +56,78 @@ describe('workload: randomEdit', () => {
       assert.ok(made > 200, `seed ${seed}: only ${made} of 300 edits were made`);
       assert.doesNotThrow(() => schema.nodeFromJSON(state.doc.toJSON()).check());
     }
+  });
+});
+
+/// Keeps the thread busy for `ms`, as a saturated simulator does: no timer can fire meanwhile.
+function busy(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+describe('workload: Pace', () => {
+  it('keeps its schedule through a busy thread: missed beats come at once, each with its due time', async () => {
+    const meanGapMs = 20;
+    const pace = new Pace(1000 / meanGapMs, new Random(5));
+    // The same draws as the pace's own: the schedule it was given, beat by beat.
+    const draws = new Random(5);
+    const beats: { dueMs: number; atMs: number }[] = [];
+    const startedMs = performance.now();
+    pace.start(0, (dueMs) => beats.push({ dueMs, atMs: performance.now() }));
+    busy(400);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    pace.stop();
+    const stoppedMs = performance.now();
+    const count = beats.length;
+    await new Promise((resolve) => setTimeout(resolve, 3 * meanGapMs));
+    assert.equal(beats.length, count, 'no beat after stop');
+
+    // Every beat the schedule had due by well before the stop was made: the 400 ms the thread
+    // was busy were made up, not lost (gaps counted from the late firing made about half).
+    let due = startedMs + draws.next() * meanGapMs;
+    let dueBefore = 0;
+    while (due < stoppedMs - 100) {
+      dueBefore++;
+      due += meanGapMs * (0.5 + draws.next());
+    }
+    assert.ok(dueBefore > 25, `${dueBefore} beats due`);
+    assert.ok(count >= dueBefore, `${count} beats made of ${dueBefore} due`);
+    // The due times are the schedule's, not the late firings: gaps of half to one and a half
+    // of the mean, the first beat due within the first gap although made after the busy time.
+    for (let i = 1; i < count; i++) {
+      const gap = beats[i]!.dueMs - beats[i - 1]!.dueMs;
+      assert.ok(gap >= 0.5 * meanGapMs && gap <= 1.5 * meanGapMs, `gap ${gap} ms`);
+    }
+    assert.ok(beats[0]!.dueMs <= startedMs + meanGapMs + 1, 'first beat due in the first gap');
+    assert.ok(beats[0]!.atMs - beats[0]!.dueMs >= 350, 'the first beat was made late');
+  });
+});
+
+describe('workload: a level the simulator could not offer', () => {
+  const steady = (windows: number, offeredPerSec: number, editsPerSec: number): SteadySummary => ({
+    windows,
+    offeredPerSec,
+    editsPerSec,
+    sendsPerSec: editsPerSec,
+    confirmedPerSec: editsPerSec,
+    latency: null,
+    refusalShare: 0,
+    refusalShares: {},
+    reconnects: 0,
+    server: null,
+  });
+
+  it('is generator-limited when the edits made fall short of those offered', () => {
+    // The reviewer's case: 200 people at 5/s whose timers made 952/s, then 678/s.
+    assert.equal(generatorLimited(steady(5, 1000, 952), 10_000), true);
+    assert.equal(generatorLimited(steady(5, 1000, 678), 10_000), true);
+    assert.equal(generatorLimited(steady(5, 1000, 995), 10_000), false);
+    assert.equal(generatorLimited(steady(5, 1000, 1004), 10_000), false);
+  });
+
+  it('is not for a short count that the draws of the gaps explain', () => {
+    // 6 people over three 1 s windows: ~90 edits, whose count varies by ~3 from luck alone.
+    assert.equal(generatorLimited(steady(3, 30, 28), 1000), false);
+    assert.equal(generatorLimited(steady(3, 30, 20), 1000), true);
   });
 });
