@@ -64,7 +64,7 @@ export class FullEditor {
 
   /// Starts making edits `delayMs` from now.
   start(delayMs: number): void {
-    this.pace.start(delayMs, () => this.edit());
+    this.pace.start(delayMs, (dueMs) => this.edit(dueMs));
   }
 
   stop(): void {
@@ -87,14 +87,15 @@ export class FullEditor {
     this.network.close();
   }
 
-  private edit(): void {
+  /// An edit due at `dueMs`, its latency counted from then (see `LightEditor`'s `edit`).
+  private edit(dueMs: number): void {
     const state = this.client.state;
     if (!state || this.client.status === 'failed') return;
     let tr: Transaction | null = null;
     for (let attempt = 0; attempt < 8 && tr === null; attempt++)
       tr = randomEdit(state, this.random);
     if (tr === null) return;
-    this.pending.set(tr, performance.now());
+    this.pending.set(tr, dueMs);
     this.recorder.edit();
     this.client.dispatch(tr);
   }

@@ -111,7 +111,7 @@ export class LightEditor {
 
   /// Starts making edits `delayMs` from now.
   start(delayMs: number): void {
-    this.pace.start(delayMs, () => this.edit());
+    this.pace.start(delayMs, (dueMs) => this.edit(dueMs));
   }
 
   /// Stops making new edits; queued and in-flight ones still go out and get confirmed.
@@ -137,8 +137,11 @@ export class LightEditor {
     this.network.close();
   }
 
-  private edit(): void {
-    this.moments.push(performance.now());
+  /// The person makes an edit that was due at `dueMs`: its latency counts from then, not from
+  /// when a busy simulator thread got round to it, or a saturated simulator would hide its own
+  /// lateness from the figures (coordinated omission).
+  private edit(dueMs: number): void {
+    this.moments.push(dueMs);
     this.recorder.edit();
     this.trySend();
   }

@@ -26,7 +26,8 @@ export interface SliceWindow {
   reconnects: number;
   /// Broadcasts received over all editor and observer sockets.
   broadcasts: number;
-  /// Edit-to-confirm latency in microseconds, one sample per confirmed edit.
+  /// Edit-to-confirm latency in microseconds, one sample per confirmed edit, from the moment the
+  /// edit was due (see `Pace`).
   latencyUs: RecordableHistogram;
 }
 
@@ -89,7 +90,7 @@ export class WindowRecorder {
     this.totals.sends++;
   }
 
-  /// One edit confirmed `latencyMs` after the person made it.
+  /// One edit confirmed `latencyMs` after the person was due to make it.
   confirm(latencyMs: number): void {
     this.current.confirmed++;
     this.totals.confirmed++;

@@ -1,10 +1,17 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { FullEditor } from '../../client-sim/full_editor.js';
+import { LightEditor } from '../../client-sim/light_editor.js';
 import { OptionError, parseSimArgs, validateOptions } from '../../client-sim/options.js';
 import { ServerUnavailableError } from '../../client-sim/server_http.js';
+import { Random } from '../../client-sim/random.js';
+import { Replica } from '../../client-sim/replica.js';
 import { summaryTable } from '../../client-sim/report.js';
 import { runSwarm } from '../../client-sim/swarm.js';
+import { WindowRecorder, type SliceWindow } from '../../client-sim/window_recorder.js';
+import { schema } from '../../schema/index.js';
 import { startServer, type TestServer } from '../support/server.js';
+import { waitFor } from '../support/wait.js';
 
 describe('client-sim: a short swarm against a real server', () => {
   let server: TestServer;
@@ -86,6 +93,67 @@ describe('client-sim: a short swarm against a real server', () => {
     assert.equal(result.serverMetrics, true, 'the server offers /metrics/windows');
     // The server's windows are 10 s long and this run's 1 s: none starts at the same moment.
     assert.equal(steady.server, null);
+  });
+
+  it('counts the time an edit waited for a busy simulator thread in its latency', async () => {
+    const docId = 'sim-late-edits';
+    const recorded = (): { recorder: WindowRecorder; windows: SliceWindow[] } => {
+      const windows: SliceWindow[] = [];
+      const recorder = new WindowRecorder(
+        600_000,
+        () => 0,
+        (window) => windows.push(window),
+      );
+      recorder.start();
+      return { recorder, windows };
+    };
+    const light = recorded();
+    const full = recorded();
+    const lightEditor = new LightEditor({
+      url: server.url,
+      clientID: 'late-light',
+      ratePerSec: 2,
+      rttMs: 0,
+      random: new Random(3),
+      replica: new Replica(docId, schema),
+      recorder: light.recorder,
+    });
+    const fullEditor = new FullEditor({
+      url: server.url,
+      schema,
+      docId,
+      clientID: 'late-full',
+      ratePerSec: 2,
+      rttMs: 0,
+      random: new Random(4),
+      recorder: full.recorder,
+    });
+    try {
+      await lightEditor.joinedOnce();
+      await fullEditor.client.ready();
+      lightEditor.start(0);
+      fullEditor.start(0);
+      // Each person's first edit is due within 500 ms (2 edits/s); the thread is busy for
+      // 800 ms, so it is made at least 300 ms late, and that wait is part of what the person
+      // waits for (on loopback the confirmation itself takes a few ms).
+      const until = performance.now() + 800;
+      while (performance.now() < until);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      lightEditor.stop();
+      fullEditor.stop();
+      await waitFor(() => lightEditor.drained && fullEditor.drained, 'the edits confirmed', 10_000);
+    } finally {
+      lightEditor.close();
+      fullEditor.close();
+      light.recorder.stop();
+      full.recorder.stop();
+    }
+    for (const [kind, { windows }] of Object.entries({ light, full })) {
+      const window = windows.at(-1)!;
+      assert.ok(window.confirmed >= 1, `${kind}: ${window.confirmed} edits confirmed`);
+      const maxMs = window.latencyUs.max / 1000;
+      assert.ok(maxMs >= 300, `${kind}: the late edit's latency is ${maxMs} ms`);
+    }
   });
 
   it('spreads editors over worker threads and merges their windows', async () => {
