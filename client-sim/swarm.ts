@@ -257,7 +257,7 @@ async function runLevel(
       () => progress('editing', Math.max(0, (Date.now() - startedAtMs) / 1000)),
       1000,
     );
-    await sleep(stoppedAtMs - Date.now());
+    await sleepUntil(stoppedAtMs);
     clearInterval(ticker);
     progress('draining', options.durationSec);
     for (const handle of handles) handle.send({ type: 'stop', drainTimeoutMs: 15_000 });
@@ -543,6 +543,14 @@ function addInto(target: Record<string, number>, source: Record<string, number>)
 function round(value: number, digits = 2): number {
   const scale = 10 ** digits;
   return Math.round(value * scale) / scale;
+}
+
+/// Resolves once `Date.now()` has reached `atMs`. A timer set for `atMs - Date.now()` can fire
+/// a millisecond before it does (the timer runs on a monotonic clock, the wall clock is read
+/// later and rounded): stopping a level then closes its last window a moment early, and the
+/// recorder marks it partial and leaves it out of the steady figures.
+export async function sleepUntil(atMs: number): Promise<void> {
+  while (Date.now() < atMs) await sleep(atMs - Date.now());
 }
 
 function sleep(ms: number): Promise<void> {

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
 import { Pace } from '../../client-sim/pace.js';
 import { Random } from '../../client-sim/random.js';
-import { generatorLimited, type SteadySummary } from '../../client-sim/swarm.js';
+import { generatorLimited, sleepUntil, type SteadySummary } from '../../client-sim/swarm.js';
 import { randomEdit } from '../../client-sim/workload.js';
 import { emptyDoc, schema } from '../../schema/index.js';
 
@@ -129,5 +129,20 @@ describe('workload: a level the simulator could not offer', () => {
     // 6 people over three 1 s windows: ~90 edits, whose count varies by ~3 from luck alone.
     assert.equal(generatorLimited(steady(3, 30, 28), 1000), false);
     assert.equal(generatorLimited(steady(3, 30, 20), 1000), true);
+  });
+});
+
+describe('workload: the end of a level', () => {
+  it('is never reached early: the wait lasts until the wall clock reads the stop time', async () => {
+    // Timers armed while the thread is busy, as the coordinator's is: a quarter of those set
+    // for `target - Date.now()` fired before Date.now() reached the target.
+    const waits: Promise<number | null>[] = [];
+    for (let i = 0; i < 40; i++) {
+      const target = Date.now() + 20 + ((i * 37) % 200);
+      waits.push(sleepUntil(target).then(() => (Date.now() < target ? target : null)));
+      busy(2);
+    }
+    const early = (await Promise.all(waits)).filter((target) => target !== null);
+    assert.deepEqual(early, [], 'waits that ended before their stop time');
   });
 });
