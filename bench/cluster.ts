@@ -71,6 +71,8 @@ interface Figures {
   p99Ms: number | null;
   refused: number;
   converged: boolean;
+  /// Documents compared with the server's (one per light editors' replica): 0 is unchecked.
+  checked: number;
 }
 
 /// Starts `npm run cluster`'s script with `nodes` nodes; resolves with the gateway's and the
@@ -152,7 +154,15 @@ async function measure(label: string, url: string, round: number, run: number): 
     p99Ms: steady.latency?.p99Ms ?? null,
     refused: steady.refusalShare,
     converged: result.converged,
+    checked: level.convergence.checked,
   };
+}
+
+/// `yes (N checks)`, `NO`, or `unchecked` when a run compared no document with the server's.
+function convergedCell(runs: readonly Figures[]): string {
+  if (runs.some((f) => f.checked > 0 && !f.converged)) return 'NO';
+  if (runs.some((f) => f.checked === 0)) return 'unchecked';
+  return `yes (${runs.reduce((sum, f) => sum + f.checked, 0)} checks)`;
 }
 
 const all: Figures[] = [];
@@ -185,7 +195,7 @@ const rows = labels.map((label) => {
   const runs = all.filter((f) => f.label === label);
   const pick = (key: 'confirmedPerSec' | 'p50Ms' | 'p99Ms') =>
     runs.map((f) => f[key]).filter((v): v is number => v !== null);
-  return `| ${label} | ${median(pick('confirmedPerSec')).toFixed(0)} (${range(pick('confirmedPerSec'))}) | ${median(pick('p50Ms')).toFixed(1)} (${range(pick('p50Ms'))}) | ${median(pick('p99Ms')).toFixed(1)} (${range(pick('p99Ms'))}) | ${(100 * median(runs.map((f) => f.refused))).toFixed(2)}% | ${runs.every((f) => f.converged) ? 'yes' : 'NO'} |`;
+  return `| ${label} | ${median(pick('confirmedPerSec')).toFixed(0)} (${range(pick('confirmedPerSec'))}) | ${median(pick('p50Ms')).toFixed(1)} (${range(pick('p50Ms'))}) | ${median(pick('p99Ms')).toFixed(1)} (${range(pick('p99Ms'))}) | ${(100 * median(runs.map((f) => f.refused))).toFixed(2)}% | ${convergedCell(runs)} |`;
 });
 console.log(
   [

@@ -6,7 +6,7 @@ import { ServerUnavailableError } from './server_http.js';
 import { runSwarm } from './swarm.js';
 
 // The `npm run sim` entry point. Exit codes: 0 all converged, 1 the run could not be made (bad
-// options, no server, editors that cannot connect), 2 a document diverged.
+// options, no server, editors that cannot connect), 2 a document diverged or none was compared.
 async function main(): Promise<number> {
   let options;
   try {
@@ -50,6 +50,11 @@ async function main(): Promise<number> {
   for (const level of result.levels) {
     for (const failure of level.convergence.failures) {
       process.stderr.write(`sim: divergence: ${failure}\n`);
+    }
+    if (level.convergence.unchecked) {
+      process.stderr.write(
+        `sim: ${level.editors} editors: no document was compared with the server's (unchecked)\n`,
+      );
     }
   }
   return result.converged ? 0 : 2;

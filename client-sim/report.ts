@@ -33,7 +33,9 @@ function summaryRow(level: LevelResult): string {
     steady.windows === 0 ? '–' : percent(steady.refusalShare),
     level.convergence.converged
       ? `yes (${level.convergence.checked})`
-      : `NO: ${level.convergence.failures.length}`,
+      : level.convergence.unchecked
+        ? 'unchecked'
+        : `NO: ${level.convergence.failures.length}`,
     fixed(steady.offeredPerSec, 1),
     steady.windows === 0 ? '–' : fixed(steady.editsPerSec, 1),
   ];

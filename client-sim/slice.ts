@@ -36,9 +36,11 @@ export type SliceCommand =
   | { type: 'check'; docs: { docId: string; version: number; doc: DocJSON }[]; timeoutMs: number }
   | { type: 'close' };
 
-/// The outcome of comparing one full editor's document with the server's.
+/// The outcome of comparing one full editor's document, or one replica shared by light
+/// editors, with the server's.
 export interface EditorCheck {
   docId: string;
+  /// The full editor's clientID, or `replica` for the light editors' shared copy.
   clientID: string;
   converged: boolean;
   /// Why not, when not.
@@ -205,8 +207,11 @@ export class SwarmSlice {
     this.post({ type: 'stopped', totals: { ...this.recorder.totals }, undrained });
   }
 
-  /// Waits for every full editor to reach the server's version, then compares documents.
-  /// Broken replicas count as divergence too: they are this process's copy of the document.
+  /// Waits for every full editor and every light editors' replica to reach the server's
+  /// version, then compares their documents with the server's. The replicas are checked as
+  /// the full editors are: without them a run of light editors only (`fullPerDoc: 0`, as the
+  /// cluster bench runs) compared nothing and could not fail. A broken replica (a broadcast
+  /// that did not apply) is a divergence too.
   private async check(
     docs: { docId: string; version: number; doc: DocJSON }[],
     timeoutMs: number,
@@ -218,6 +223,10 @@ export class SwarmSlice {
         (editor) =>
           editor.client.status === 'failed' ||
           editor.client.version >= (served.get(editor.client.docId)?.version ?? 0),
+      ) &&
+      [...this.replicas.values()].every(
+        (replica) =>
+          replica.broken !== null || replica.version >= (served.get(replica.docId)?.version ?? 0),
       );
     while (Date.now() < deadline && !reached()) await sleep(20);
     const checks: EditorCheck[] = [];
@@ -241,14 +250,17 @@ export class SwarmSlice {
       checks.push(check);
     }
     for (const replica of this.replicas.values()) {
-      if (replica.broken) {
-        checks.push({
-          docId: replica.docId,
-          clientID: 'replica',
-          converged: false,
-          detail: replica.broken,
-        });
-      }
+      const server = served.get(replica.docId);
+      const check = { docId: replica.docId, clientID: 'replica', converged: false, detail: '' };
+      if (replica.broken) check.detail = replica.broken;
+      else if (!server) check.detail = 'the server has no such document';
+      else if (!replica.state) check.detail = 'never loaded';
+      else if (replica.version !== server.version) {
+        check.detail = `at version ${replica.version}, server at ${server.version}`;
+      } else if (!this.schema!.nodeFromJSON(server.doc).eq(replica.state.doc)) {
+        check.detail = `document differs from the server's at version ${server.version}`;
+      } else check.converged = true;
+      checks.push(check);
     }
     this.post({ type: 'checked', checks });
   }

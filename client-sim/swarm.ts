@@ -86,6 +86,16 @@ export interface SteadySummary {
 /// whatever the server did with it.
 export type LevelState = 'steady' | 'overloaded' | 'diverged' | 'too-short' | 'generator-limited';
 
+/// What the convergence check of a level found: `converged` only when at least one document
+/// (a full editor's, or a replica of light editors) was compared with the server's and none
+/// differed; `unchecked` when none was compared, which says nothing either way.
+export interface Convergence {
+  converged: boolean;
+  unchecked: boolean;
+  checked: number;
+  failures: string[];
+}
+
 /// Everything measured for one level.
 export interface LevelResult {
   editors: number;
@@ -106,7 +116,7 @@ export interface LevelResult {
   windowsAddUp: boolean;
   /// Editors whose edits were still unconfirmed when the drain time ran out.
   undrained: number;
-  convergence: { converged: boolean; checked: number; failures: string[] };
+  convergence: Convergence;
   state: LevelState;
 }
 
@@ -135,9 +145,10 @@ export interface SwarmProgress {
 
 /// Runs the swarm: one level after another, each on fresh documents, with light and full
 /// editors over `docs` documents, in this thread or in worker threads. Probes the server first.
-/// Resolves with every window and summary, and `converged: false` if any document diverged
-/// (the caller decides the exit code). Throws `OptionError` for invalid options,
-/// `ServerUnavailableError` when no server answers, and `Error` when editors cannot connect.
+/// Resolves with every window and summary, and `converged: false` if any document diverged or
+/// a level compared none (`convergence.unchecked`; the caller decides the exit code). Throws
+/// `OptionError` for invalid options, `ServerUnavailableError` when no server answers, and
+/// `Error` when editors cannot connect.
 export async function runSwarm(
   input: Partial<SwarmOptions>,
   onProgress: (progress: SwarmProgress) => void = () => {},
@@ -307,10 +318,7 @@ async function runLevel(
     windowSum((w) => w.confirmed) === levelTotals.confirmed &&
     windowSum((w) => w.dropped) === levelTotals.dropped;
   const steady = summarise(windows, collected, options, offeredPerSec);
-  const failures = checks
-    .filter((check) => !check.converged)
-    .map((check) => `${check.docId} ${check.clientID}: ${check.detail}`);
-  const converged = failures.length === 0;
+  const convergence = convergenceOf(checks);
   const fullEditors = specs.filter((spec) => spec.kind === 'full').length;
   const level: LevelResult = {
     editors,
@@ -329,19 +337,34 @@ async function runLevel(
     totals: levelTotals,
     windowsAddUp,
     undrained,
-    convergence: { converged, checked: checks.length, failures },
-    state: !converged
-      ? 'diverged'
-      : steady.windows === 0
-        ? 'too-short'
-        : generatorLimited(steady, options.windowMs)
-          ? 'generator-limited'
-          : steady.confirmedPerSec >= 0.9 * steady.editsPerSec &&
-              (steady.latency === null || steady.latency.p99Ms <= 1000)
-            ? 'steady'
-            : 'overloaded',
+    convergence,
+    state:
+      convergence.failures.length > 0
+        ? 'diverged'
+        : steady.windows === 0
+          ? 'too-short'
+          : generatorLimited(steady, options.windowMs)
+            ? 'generator-limited'
+            : steady.confirmedPerSec >= 0.9 * steady.editsPerSec &&
+                (steady.latency === null || steady.latency.p99Ms <= 1000)
+              ? 'steady'
+              : 'overloaded',
   };
   return { level, metrics: serverWindows !== null };
+}
+
+/// Sums up a level's checks. No check at all is `unchecked` and not `converged`: a level that
+/// compared nothing must not read as one that compared everything and found it equal.
+export function convergenceOf(checks: readonly EditorCheck[]): Convergence {
+  const failures = checks
+    .filter((check) => !check.converged)
+    .map((check) => `${check.docId} ${check.clientID}: ${check.detail}`);
+  return {
+    converged: checks.length > 0 && failures.length === 0,
+    unchecked: checks.length === 0,
+    checked: checks.length,
+    failures,
+  };
 }
 
 /// True when the people made fewer edits over the steady windows than they were offered: more

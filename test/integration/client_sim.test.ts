@@ -7,6 +7,8 @@ import { ServerUnavailableError } from '../../client-sim/server_http.js';
 import { Random } from '../../client-sim/random.js';
 import { Replica } from '../../client-sim/replica.js';
 import { summaryTable } from '../../client-sim/report.js';
+import { fetchDocument } from '../../client-sim/server_http.js';
+import { SwarmSlice, type SliceMessage } from '../../client-sim/slice.js';
 import { runSwarm } from '../../client-sim/swarm.js';
 import { WindowRecorder, type SliceWindow } from '../../client-sim/window_recorder.js';
 import { schema } from '../../schema/index.js';
@@ -37,7 +39,11 @@ describe('client-sim: a short swarm against a real server', () => {
     assert.equal(result.levels.length, 1);
     const level = result.levels[0]!;
     assert.deepEqual(level.convergence.failures, []);
-    assert.equal(level.convergence.checked, 4, 'two full editors on each of two documents');
+    assert.equal(
+      level.convergence.checked,
+      6,
+      'two full editors and the light editors’ replica on each of two documents',
+    );
     assert.equal(level.editors, 6);
     assert.equal(level.fullEditors, 4);
     assert.equal(level.lightEditors, 2);
@@ -94,6 +100,90 @@ describe('client-sim: a short swarm against a real server', () => {
     assert.equal(result.serverMetrics, true, 'the server offers /metrics/windows');
     // The server's windows are 10 s long and this run's 1 s: none starts at the same moment.
     assert.equal(steady.server, null);
+  });
+
+  it('checks light editors’ documents too: a swarm of light editors only is checked', async () => {
+    const result = await runSwarm({
+      url: server.url,
+      levels: [6],
+      docs: 2,
+      fullPerDoc: 0,
+      durationSec: 2,
+      windowMs: 1000,
+      warmupWindows: 0,
+      seed: 13,
+    });
+    const level = result.levels[0]!;
+    assert.equal(level.fullEditors, 0);
+    assert.deepEqual(level.convergence.failures, []);
+    assert.equal(level.convergence.checked, 2, 'one replica of each document');
+    assert.equal(level.convergence.unchecked, false);
+    assert.equal(result.converged, true);
+    assert.match(summaryTable(result), /\| yes \(2\) \|/);
+  });
+
+  it('reports a light editors’ replica that differs from the server’s document', async () => {
+    const docId = 'sim-replica-check';
+    const messages: SliceMessage[] = [];
+    const waiters: (() => void)[] = [];
+    const slice = new SwarmSlice(
+      {
+        url: server.url,
+        schemaModule: null,
+        rttMs: 0,
+        windowMs: 1000,
+        editors: [0, 1].map((i) => ({
+          docId,
+          clientID: `replica-check-${i}`,
+          kind: 'light' as const,
+          ratePerSec: 10,
+          seed: 20 + i,
+        })),
+      },
+      (message) => {
+        messages.push(message);
+        for (const wake of waiters.splice(0)) wake();
+      },
+    );
+    const reply = async <T extends SliceMessage['type']>(type: T) => {
+      for (;;) {
+        const found = messages.find((m) => m.type === type || m.type === 'failed');
+        if (found) {
+          messages.splice(messages.indexOf(found), 1);
+          assert.notEqual(found.type, 'failed', JSON.stringify(found));
+          return found as Extract<SliceMessage, { type: T }>;
+        }
+        await new Promise<void>((resolve) => waiters.push(resolve));
+      }
+    };
+    try {
+      slice.handle({ type: 'connect', timeoutMs: 10_000 });
+      assert.deepEqual((await reply('connected')).failures, []);
+      slice.handle({ type: 'start', atMs: Date.now() });
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      slice.handle({ type: 'stop', drainTimeoutMs: 5000 });
+      assert.ok((await reply('stopped')).totals.confirmed > 0, 'edits were made');
+      const served = await fetchDocument(server.url, docId);
+      assert.ok(served.version > 0);
+
+      slice.handle({ type: 'check', docs: [{ docId, ...served }], timeoutMs: 5000 });
+      const same = (await reply('checked')).checks;
+      assert.deepEqual(
+        same.map((c) => [c.clientID, c.converged]),
+        [['replica', true]],
+      );
+
+      // The server's document as it would be had one edit gone missing on the way to it.
+      const other = { type: 'doc', content: [{ type: 'paragraph' }] };
+      slice.handle({ type: 'check', docs: [{ docId, ...served, doc: other }], timeoutMs: 5000 });
+      const differs = (await reply('checked')).checks;
+      assert.equal(differs.length, 1);
+      assert.equal(differs[0]!.converged, false);
+      assert.match(differs[0]!.detail, /document differs from the server's at version \d+/);
+    } finally {
+      slice.handle({ type: 'close' });
+      await reply('closed');
+    }
   });
 
   it('counts the time an edit waited for a busy simulator thread in its latency', async () => {
@@ -172,7 +262,7 @@ describe('client-sim: a short swarm against a real server', () => {
     const level = result.levels[0]!;
     assert.equal(level.workers, 2);
     assert.equal(result.converged, true, level.convergence.failures.join('; '));
-    assert.equal(level.convergence.checked, 2);
+    assert.equal(level.convergence.checked, 4, 'a full editor and a replica per document');
     assert.equal(level.windowsAddUp, true);
     const samples = level.windows.reduce((s, w) => s + (w.latency?.count ?? 0), 0);
     assert.equal(samples, level.totals.confirmed, 'histograms crossed the threads whole');

@@ -69,7 +69,11 @@ describe('client-sim --schema', () => {
       { cwd: root },
     );
     assert.match(stdout, /\| 6 \|/);
-    assert.match(stdout, /yes \(4\)/, 'four full editors converged');
+    assert.match(
+      stdout,
+      /yes \(6\)/,
+      'four full editors and the replica of each document converged',
+    );
     // The documents hold the host's node and mark types, and only those.
     let words = 0;
     for (const docId of docIds) {

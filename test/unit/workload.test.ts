@@ -3,7 +3,12 @@ import { describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
 import { Pace } from '../../client-sim/pace.js';
 import { Random } from '../../client-sim/random.js';
-import { generatorLimited, sleepUntil, type SteadySummary } from '../../client-sim/swarm.js';
+import {
+  convergenceOf,
+  generatorLimited,
+  sleepUntil,
+  type SteadySummary,
+} from '../../client-sim/swarm.js';
 import { randomEdit } from '../../client-sim/workload.js';
 import { emptyDoc, schema } from '../../schema/index.js';
 
@@ -144,5 +149,25 @@ describe('workload: the end of a level', () => {
     }
     const early = (await Promise.all(waits)).filter((target) => target !== null);
     assert.deepEqual(early, [], 'waits that ended before their stop time');
+  });
+});
+
+describe('workload: the convergence check of a level', () => {
+  it('reads a level that compared nothing as unchecked, never as converged', () => {
+    assert.deepEqual(convergenceOf([]), {
+      converged: false,
+      unchecked: true,
+      checked: 0,
+      failures: [],
+    });
+    const equal = { docId: 'd', clientID: 'replica', converged: true, detail: '' };
+    const differs = { ...equal, converged: false, detail: 'document differs' };
+    assert.equal(convergenceOf([equal]).converged, true);
+    assert.deepEqual(convergenceOf([equal, differs]), {
+      converged: false,
+      unchecked: false,
+      checked: 2,
+      failures: ['d replica: document differs'],
+    });
   });
 });
