@@ -24,7 +24,8 @@ const usage = `Usage: npm run bench -- [options]
   --only LIST        runs to make, of reference,reference-strict,single,single-rtt50,many
                      (default all)
   --server-env K=V   extra environment for every server child, repeatable (after each run's
-                     own, e.g. MAX_REBASE_STEPS=0 for reference-strict)
+                     own, e.g. MAX_REBASE_STEPS=0 for reference-strict); K must be a setting
+                     the server reads (README's table) or NODE_OPTIONS and the like
   --seed N           seed (default 1)
   --help             show this text
 `;

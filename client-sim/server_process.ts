@@ -2,6 +2,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+// The server's own table of the variables it reads: the only list that cannot drift from what
+// the child does with its environment (the one import of server/ outside it and its tests).
+import { environment } from '../server/config.js';
 import type { CpuReading } from './cpu_probe.js';
 import { probeServer } from './server_http.js';
 
@@ -76,8 +79,22 @@ export async function startServerProcess(
   };
 }
 
+/// Variables a server child may be given besides its settings: they are read by Node, libuv or
+/// the debug module, not by the server's configuration.
+export const processVariables: readonly string[] = [
+  'NODE_OPTIONS',
+  'NODE_DEBUG',
+  'NODE_V8_COVERAGE',
+  'UV_THREADPOOL_SIZE',
+  'DEBUG',
+  'TZ',
+];
+
 /// Parses `KEY=VALUE` strings (as given to `--server-env`, or `option`) into an object. Throws
-/// for an entry without `=` or with a key that is not an environment variable name.
+/// for an entry without `=`, and for a key the server does not read (not in server/config.ts's
+/// `environment`, nor one of `processVariables`), naming the closest setting when one is near:
+/// the server ignores names it does not know, so a typo would run the default server while the
+/// report printed the typo as its environment.
 export function parseEnvPairs(
   pairs: readonly string[],
   option = '--server-env',
@@ -89,9 +106,46 @@ export function parseEnvPairs(
     if (!/^[A-Z_][A-Z0-9_]*$/i.test(key)) {
       throw new Error(`${option} takes KEY=VALUE, got "${pair}"`);
     }
+    if (!Object.hasOwn(environment, key) && !processVariables.includes(key)) {
+      const near = closestSetting(key);
+      throw new Error(
+        `${option}: the server reads no ${key}${near ? ` (did you mean ${near}?)` : ''}; its settings are listed in server/config.ts (environment) and README.md`,
+      );
+    }
     env[key] = pair.slice(at + 1);
   }
   return env;
+}
+
+/// The known variable nearest to `key` in edit distance, when at most 3 edits away.
+function closestSetting(key: string): string | null {
+  let best: string | null = null;
+  let bestDistance = 4;
+  for (const name of [...Object.keys(environment), ...processVariables]) {
+    const distance = editDistance(key.toUpperCase(), name);
+    if (distance < bestDistance) {
+      best = name;
+      bestDistance = distance;
+    }
+  }
+  return best;
+}
+
+/// Levenshtein distance, one row at a time (names are short).
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(
+        previous[j]! + 1,
+        row[j - 1]! + 1,
+        previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = row;
+  }
+  return previous[b.length]!;
 }
 
 /// CPU time samples of one process, so that the CPU spent between two wall-clock instants can

@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { FullEditor } from '../../client-sim/full_editor.js';
 import { LightEditor } from '../../client-sim/light_editor.js';
@@ -8,6 +10,7 @@ import { Random } from '../../client-sim/random.js';
 import { Replica } from '../../client-sim/replica.js';
 import { summaryTable } from '../../client-sim/report.js';
 import { fetchDocument } from '../../client-sim/server_http.js';
+import { parseEnvPairs } from '../../client-sim/server_process.js';
 import { SwarmSlice, type SliceMessage } from '../../client-sim/slice.js';
 import { runSwarm } from '../../client-sim/swarm.js';
 import { WindowRecorder, type SliceWindow } from '../../client-sim/window_recorder.js';
@@ -297,6 +300,56 @@ describe('client-sim: options and a missing server', () => {
     assert.equal(parsed.rttMs, 50);
     assert.equal(parsed.jsonFile, 'out.json');
     assert.equal(parseSimArgs(['--help']).help, true);
+  });
+
+  it('refuses a server environment variable the server does not read', () => {
+    // The server ignores names it does not know: a typo ran the default server while the
+    // bench's report printed the typo as the server's environment.
+    assert.throws(
+      () => parseEnvPairs(['MAX_REBASE_STEP=0']),
+      (err: Error) => {
+        assert.equal(
+          err.message,
+          '--server-env: the server reads no MAX_REBASE_STEP (did you mean MAX_REBASE_STEPS?); its settings are listed in server/config.ts (environment) and README.md',
+        );
+        return true;
+      },
+    );
+    assert.throws(
+      () => parseEnvPairs(['FLUSH_INTERVAL=0'], '--env'),
+      /did you mean FLUSH_INTERVAL_MS/,
+    );
+    assert.throws(
+      () => parseEnvPairs(['WIDGETS=3'], '--env'),
+      /^Error: --env: the server reads no WIDGETS;/,
+    );
+    assert.throws(() => parseEnvPairs(['MAX_REBASE_STEPS']), /takes KEY=VALUE/);
+    // Its settings, and what Node itself reads, as the benches pass them.
+    assert.deepEqual(
+      parseEnvPairs([
+        'MAX_REBASE_STEPS=0',
+        'FLUSH_INTERVAL_MS=0',
+        'NODE_OPTIONS=--max-old-space-size=512',
+      ]),
+      { MAX_REBASE_STEPS: '0', FLUSH_INTERVAL_MS: '0', NODE_OPTIONS: '--max-old-space-size=512' },
+    );
+    // The bench stops before starting anything, with the message and exit code 1.
+    const bench = spawnSync(
+      process.execPath,
+      [
+        fileURLToPath(new URL('../../client-sim/bench.js', import.meta.url)),
+        '--only',
+        'reference',
+        '--server-env',
+        'MAX_REBASE_STEP=0',
+      ],
+      { encoding: 'utf8', timeout: 20_000 },
+    );
+    assert.equal(bench.status, 1);
+    assert.match(
+      bench.stderr,
+      /^bench: --server-env: the server reads no MAX_REBASE_STEP \(did you mean MAX_REBASE_STEPS\?\)/,
+    );
   });
 
   it('fails fast with a clear error when no server answers', async () => {
