@@ -89,14 +89,23 @@ export class FullEditor {
 
   /// An edit due at `dueMs`, its latency counted from then (see `LightEditor`'s `edit`).
   private edit(dueMs: number): void {
+    // Every beat is an edit the person meant to make; one that cannot be made (no document
+    // loaded, a failed client, nothing that fits) is dropped, as a light editor's is, so that
+    // the edits made still add up to those offered and the loss shows in the drops.
+    this.recorder.edit();
     const state = this.client.state;
-    if (!state || this.client.status === 'failed') return;
+    if (!state || this.client.status === 'failed') {
+      this.recorder.drop(1);
+      return;
+    }
     let tr: Transaction | null = null;
     for (let attempt = 0; attempt < 8 && tr === null; attempt++)
       tr = randomEdit(state, this.random);
-    if (tr === null) return;
+    if (tr === null) {
+      this.recorder.drop(1);
+      return;
+    }
     this.pending.set(tr, dueMs);
-    this.recorder.edit();
     this.client.dispatch(tr);
   }
 

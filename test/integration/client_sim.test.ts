@@ -250,6 +250,51 @@ describe('client-sim: a short swarm against a real server', () => {
     }
   });
 
+  it('counts a full editor’s edit it could not make as made and dropped', async () => {
+    const nowhere = await startServer();
+    const deadUrl = nowhere.url;
+    await nowhere.close();
+    const cases = [
+      // Never loaded: nothing answers at the address.
+      { url: deadUrl, docId: 'sim-unloaded', status: /connecting|offline/ },
+      // Failed: the server refuses the document id for good.
+      { url: server.url, docId: 'not a document id', status: /failed/ },
+    ];
+    for (const { url, docId, status } of cases) {
+      const windows: SliceWindow[] = [];
+      const recorder = new WindowRecorder(
+        600_000,
+        () => 0,
+        (window) => windows.push(window),
+      );
+      recorder.start();
+      const editor = new FullEditor({
+        url,
+        schema,
+        docId,
+        clientID: `unmade-${docId}`,
+        ratePerSec: 20,
+        rttMs: 0,
+        random: new Random(9),
+        recorder,
+      });
+      try {
+        if (url === server.url) await editor.client.ready().catch(() => {});
+        assert.match(editor.client.status, status);
+        editor.start(0);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        editor.stop();
+      } finally {
+        editor.close();
+        recorder.stop();
+      }
+      const totals = recorder.totals;
+      assert.ok(totals.edits >= 3, `${docId}: ${totals.edits} edits counted`);
+      assert.equal(totals.dropped, totals.edits, `${docId}: every one dropped`);
+      assert.equal(windows.at(-1)!.dropped, totals.edits);
+    }
+  });
+
   it('spreads editors over worker threads and merges their windows', async () => {
     const result = await runSwarm({
       url: server.url,
