@@ -65,7 +65,11 @@ interface Figures {
   label: string;
   round: number;
   load: number;
+  /// Offered by the editors' drawn rates, and made: less when the simulator, on the same
+  /// cores as the nodes, could not keep its own schedule (state `generator-limited`).
   offeredPerSec: number;
+  madePerSec: number;
+  state: string;
   confirmedPerSec: number;
   p50Ms: number | null;
   p99Ms: number | null;
@@ -148,7 +152,9 @@ async function measure(label: string, url: string, round: number, run: number): 
     label,
     round,
     load,
-    offeredPerSec: editors * ratePerSec,
+    offeredPerSec: steady.offeredPerSec,
+    madePerSec: steady.editsPerSec,
+    state: level.state,
     confirmedPerSec: steady.confirmedPerSec,
     p50Ms: steady.latency?.p50Ms ?? null,
     p99Ms: steady.latency?.p99Ms ?? null,
@@ -193,16 +199,16 @@ const range = (xs: number[]) => `${Math.min(...xs).toFixed(1)}–${Math.max(...x
 const labels = [...new Set(all.map((f) => f.label))];
 const rows = labels.map((label) => {
   const runs = all.filter((f) => f.label === label);
-  const pick = (key: 'confirmedPerSec' | 'p50Ms' | 'p99Ms') =>
+  const pick = (key: 'confirmedPerSec' | 'madePerSec' | 'offeredPerSec' | 'p50Ms' | 'p99Ms') =>
     runs.map((f) => f[key]).filter((v): v is number => v !== null);
-  return `| ${label} | ${median(pick('confirmedPerSec')).toFixed(0)} (${range(pick('confirmedPerSec'))}) | ${median(pick('p50Ms')).toFixed(1)} (${range(pick('p50Ms'))}) | ${median(pick('p99Ms')).toFixed(1)} (${range(pick('p99Ms'))}) | ${(100 * median(runs.map((f) => f.refused))).toFixed(2)}% | ${convergedCell(runs)} |`;
+  return `| ${label} | ${median(pick('confirmedPerSec')).toFixed(0)} (${range(pick('confirmedPerSec'))}) | ${median(pick('p50Ms')).toFixed(1)} (${range(pick('p50Ms'))}) | ${median(pick('p99Ms')).toFixed(1)} (${range(pick('p99Ms'))}) | ${(100 * median(runs.map((f) => f.refused))).toFixed(2)}% | ${convergedCell(runs)} | ${median(pick('madePerSec')).toFixed(0)} of ${median(pick('offeredPerSec')).toFixed(0)} | ${[...new Set(runs.map((f) => f.state))].join(', ')} |`;
 });
 console.log(
   [
     `${editors} editors over ${docs} documents at ${ratePerSec} edits/s (${editors * ratePerSec} offered), ${durationSec} s per run, ${rounds} rounds alternating; ${cpus().length} × ${cpus()[0]?.model}, Node ${process.version}; load ${all.map((f) => f.load.toFixed(2)).join(', ')}`,
     '',
-    '| Configuration | Confirmed edits/s | Client p50 (ms) | Client p99 (ms) | Refused | Converged |',
-    '| :--- | ---: | ---: | ---: | ---: | :--- |',
+    '| Configuration | Confirmed edits/s | Client p50 (ms) | Client p99 (ms) | Refused | Converged | Made of offered edits/s | State |',
+    '| :--- | ---: | ---: | ---: | ---: | :--- | ---: | :--- |',
     ...rows,
   ].join('\n'),
 );
