@@ -77,6 +77,8 @@ interface Figures {
   converged: boolean;
   /// Documents compared with the server's (one per light editors' replica): 0 is unchecked.
   checked: number;
+  /// The first few checks that failed, with what each found.
+  failures: string[];
 }
 
 /// Starts `npm run cluster`'s script with `nodes` nodes; resolves with the gateway's and the
@@ -161,6 +163,7 @@ async function measure(label: string, url: string, round: number, run: number): 
     refused: steady.refusalShare,
     converged: result.converged,
     checked: level.convergence.checked,
+    failures: level.convergence.failures.slice(0, 3),
   };
 }
 
@@ -210,6 +213,10 @@ console.log(
     '| Configuration | Confirmed edits/s | Client p50 (ms) | Client p99 (ms) | Refused | Converged | Made of offered edits/s | State |',
     '| :--- | ---: | ---: | ---: | ---: | :--- | ---: | :--- |',
     ...rows,
+    // A NO says what the check found, for each run that failed it.
+    ...all
+      .filter((f) => f.failures.length > 0)
+      .map((f) => `\n- ${f.label}, round ${f.round}: ${f.failures.join('; ')}`),
   ].join('\n'),
 );
 await writeFile(

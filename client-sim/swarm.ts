@@ -1,4 +1,5 @@
 import { cpus, platform, release } from 'node:os';
+import type { DocJSON } from '../schema/index.js';
 import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
 import { validateOptions, workersFor, type SwarmOptions } from './options.js';
 import { Random } from './random.js';
@@ -276,9 +277,7 @@ async function runLevel(
     totals = stopped.map((answer) => answer.totals);
     undrained = stopped.reduce((sum, answer) => sum + answer.undrained, 0);
     progress('checking', options.durationSec);
-    const docs = await Promise.all(
-      docIds.map(async (docId) => ({ docId, ...(await fetchDocument(options.url, docId)) })),
-    );
+    const docs = await settledDocuments(options.url, docIds, undrained > 0 ? 20_000 : 0);
     for (const handle of handles) handle.send({ type: 'check', docs, timeoutMs: 20_000 });
     for (const answer of await Promise.all(handles.map((handle) => handle.reply('checked')))) {
       checks.push(...answer.checks);
@@ -351,6 +350,29 @@ async function runLevel(
               : 'overloaded',
   };
   return { level, metrics: serverWindows !== null };
+}
+
+/// The server's documents, read once their versions stop moving: when the drain gave up with
+/// batches still in flight (`waitMs` > 0, an overloaded run), those land after it, and a
+/// document read before them is behind the editors that sent them, which the check would take
+/// for a divergence. Read again every half second until two reads agree, for `waitMs` at most.
+async function settledDocuments(
+  url: string,
+  docIds: readonly string[],
+  waitMs: number,
+): Promise<{ docId: string; version: number; doc: DocJSON }[]> {
+  const read = () =>
+    Promise.all(docIds.map(async (docId) => ({ docId, ...(await fetchDocument(url, docId)) })));
+  let docs = await read();
+  const deadline = Date.now() + waitMs;
+  while (Date.now() < deadline) {
+    await sleep(500);
+    const again = await read();
+    const moved = again.some((doc, i) => doc.version !== docs[i]!.version);
+    docs = again;
+    if (!moved) break;
+  }
+  return docs;
 }
 
 /// Sums up a level's checks. No check at all is `unchecked` and not `converged`: a level that
