@@ -319,11 +319,7 @@ function validate(config: Config): void {
   ) {
     throw new ConfigError(`HOST must be an IP address or a host name, got "${config.host}"`);
   }
-  if (config.redisUrl !== null && !/^rediss?:\/\/./.test(config.redisUrl)) {
-    throw new ConfigError(
-      `REDIS_URL must start with redis:// or rediss://, got "${config.redisUrl}"`,
-    );
-  }
+  if (config.redisUrl !== null) checkRedisUrl(config.redisUrl);
   // No braces: a key's `{hash tag}` is the document id's, and a brace before it would move it.
   if (
     typeof config.redisKeyPrefix !== 'string' ||
@@ -425,6 +421,58 @@ function validate(config: Config): void {
     throw new ConfigError(
       `maxJsonDepth (${config.maxJsonDepth}) must be at least 2 × maxDocDepth + 8 (${2 * config.maxDocDepth + 8}), or a document could not be sent whole`,
     );
+  }
+}
+
+/// `url` with anything between `//` and the last `@` (user and password) shown as `***`: for
+/// messages and logs. Up to the last `@`, not the first `/`: a password with an unencoded `/` or
+/// `#` is what makes a URL unreadable in the first place.
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/.*@/, '//***@');
+}
+
+/// Throws `ConfigError` unless node-redis can read `url` as one server: redis: or rediss:, a
+/// host, a port from 1 to 65535, a database that is a whole number, nothing after `?` or `#`
+/// (node-redis ignores them; a `#` is most often a password's, unencoded). node-redis itself
+/// throws a TypeError at connect whose message quotes the whole URL, password and all, and a
+/// database it cannot parse only when the client is created: both are stopped here instead.
+function checkRedisUrl(url: unknown): void {
+  const shown = typeof url === 'string' ? redactUrl(url) : String(url);
+  const refuse = (why: string): never => {
+    throw new ConfigError(`REDIS_URL ${why}, got "${shown}"`);
+  };
+  if (typeof url !== 'string') return refuse('must be a string');
+  // Before the URL parser, whose message for a port out of range is no better than for a typo.
+  const authority = url.replace(/^[A-Za-z][A-Za-z0-9+.-]*:\/\//, '');
+  const port = /^[^/?#]*:(\d+)(?:[/?#]|$)/.exec(authority.slice(authority.lastIndexOf('@') + 1));
+  if (port && (Number(port[1]) < 1 || Number(port[1]) > 65_535)) {
+    return refuse('must have a port from 1 to 65535');
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return refuse(
+      'is not a URL (redis://[user:password@]host:port[/db]; a password with / # ? @ % or : must be percent-encoded)',
+    );
+  }
+  if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
+    return refuse('must start with redis:// or rediss://');
+  }
+  if (parsed.hostname === '') return refuse('must name a host');
+  if (parsed.port === '0') return refuse('must have a port from 1 to 65535');
+  if (parsed.search !== '' || parsed.hash !== '') {
+    return refuse('must not have ? or # (a password with them must be percent-encoded)');
+  }
+  const db = parsed.pathname.slice(1);
+  if (db !== '' && (!/^\d{1,9}$/.test(db) || parsed.pathname[0] !== '/')) {
+    return refuse('may end with /<database number> only');
+  }
+  try {
+    decodeURIComponent(parsed.username);
+    decodeURIComponent(parsed.password);
+  } catch {
+    return refuse('has a user or password with a % that is not an escape (write %25)');
   }
 }
 

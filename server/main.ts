@@ -2,7 +2,7 @@ import { writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pino } from 'pino';
 import { createScriptorium } from './app/app.js';
-import { ConfigError, loadConfig, type Config } from './config.js';
+import { ConfigError, loadConfig, redactUrl, type Config } from './config.js';
 import type { FileStore } from './stores/file_store.js';
 import { MemoryStore } from './stores/memory_store.js';
 import type { Store } from './stores/store.js';
@@ -58,23 +58,25 @@ async function openStore(): Promise<Store> {
       () => true,
       () => false,
     );
-    // Wrong credentials are a configuration error, which no retry mends: stop, as for a bad
-    // setting, rather than start and stay not ready for good.
-    const refused = answered ? null : store.credentialsRefused;
+    // Wrong credentials, or a database number the server does not have, are configuration
+    // errors, which no retry mends: stop, as for a bad setting, rather than start and stay not
+    // ready for good.
+    const refused = answered ? null : store.urlRefused;
     if (refused !== null) {
       await store.close().catch(() => {});
+      const what = /^ERR DB index/.test(refused) ? 'database number' : 'credentials';
       console.error(
-        `scriptorium: REDIS_URL: Redis refused its credentials (${refused.split('\n')[0]})`,
+        `scriptorium: REDIS_URL: Redis refused its ${what} (${refused.split('\n')[0]})`,
       );
       process.exit(1);
     }
     if (!answered) {
       log.warn(
-        { url: redact(config.redisUrl!) },
+        { url: redactUrl(config.redisUrl!) },
         'Redis does not answer yet; retrying in the background',
       );
     }
-    log.info({ url: redact(config.redisUrl) }, 'store: redis');
+    log.info({ url: redactUrl(config.redisUrl) }, 'store: redis');
     return store;
   }
   const { FileStore } = await import('./stores/file_store.js');
@@ -92,10 +94,6 @@ async function openStore(): Promise<Store> {
 
 /// How long after `shutdownTimeoutMs` the process exits even if the shutdown has not returned.
 const shutdownGraceMs = 500;
-
-function redact(url: string): string {
-  return url.replace(/\/\/([^@/]*)@/, '//***@');
-}
 
 const store = await openStore();
 const server = createScriptorium(config, { store, log });

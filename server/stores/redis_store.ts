@@ -236,6 +236,11 @@ const scripts = {
 // Redis refusing the credentials of the connection itself (the URL's user or password).
 const credentialReplies = /^(WRONGPASS|NOAUTH|NOPERM)/;
 
+// Redis refusing what the URL asks of the connection: its credentials, or its database number
+// (`ERR DB index is out of range`, from the SELECT of the handshake). Neither is mended by
+// connecting again.
+const urlReplies = new RegExp(`${credentialReplies.source}|^ERR DB index`);
+
 // Redis answers that mean "not now" or "not allowed" rather than "your script is wrong": out of
 // memory under noeviction, a replica or a loading server after failover, a script still
 // running, writes stopped after a failed save (MISCONF: a full disk), and the credentials or
@@ -282,7 +287,7 @@ export class RedisStore implements Store {
   private readonly logger: RedisStoreLogger | null;
   /// False from the first connection error until the next 'ready': logs once per outage.
   private healthy = true;
-  /// The last refusal of this store's credentials by Redis (its message), while it lasts.
+  /// The last refusal of this store's URL by Redis (its message), while it lasts.
   private refusal: string | null = null;
   private closed = false;
   /// When the current client last showed it was alive: created, ready, or answered a PING.
@@ -329,10 +334,11 @@ export class RedisStore implements Store {
     }
   }
 
-  /// Redis's answer when it last refused this store's credentials (a wrong password or user in
-  /// the URL), or null once it takes them, or when it never refused them. Connecting again
-  /// cannot mend that: a server starting with it should stop and say so.
-  get credentialsRefused(): string | null {
+  /// Redis's answer when it last refused what this store's URL asks of the connection (a wrong
+  /// password or user; a database number beyond the server's `databases`), or null once it
+  /// takes them, or when it never refused them. Connecting again cannot mend that: a server
+  /// starting with it should stop and say so.
+  get urlRefused(): string | null {
     return this.refusal;
   }
 
@@ -549,7 +555,7 @@ export class RedisStore implements Store {
     // crash the process.
     client.on('error', (error: unknown) => {
       if (client !== this.client) return;
-      if (error instanceof ErrorReply && credentialReplies.test(error.message)) {
+      if (error instanceof ErrorReply && urlReplies.test(error.message)) {
         this.refusal = error.message;
       }
       this.lost({ err: error }, 'redis store: connection lost, reconnecting');

@@ -77,6 +77,43 @@ describe('operations: start failures and crashes (server child processes)', () =
     assert.deepEqual(stackLines(output), [], output);
   });
 
+  it('a REDIS_URL node-redis cannot read: one line naming it, password hidden, exit 1', async () => {
+    // node-redis threw these at start with a stack trace and, for the first two, its message
+    // quoted the whole URL, password included.
+    for (const [url, why] of [
+      ['redis://default:s3cr#et@127.0.0.1:6379', /must be percent-encoded/],
+      ['redis://default:pa/ss@127.0.0.1:6379', /must be percent-encoded/],
+      ['redis://127.0.0.1:99999', /port from 1 to 65535/],
+      ['redis://127.0.0.1:0', /port from 1 to 65535/],
+      ['redis://127.0.0.1:6379/abc', /database number/],
+      ['redis://127.0.0.1:6379/1.5', /database number/],
+      ['redis://ho st:6379', /is not a URL/],
+      ['http://127.0.0.1:6379', /redis:\/\/ or rediss:\/\//],
+    ] as const) {
+      const { exit, output } = await runServerProcess({ REDIS_URL: url });
+      assert.equal(exit, 1, `${url}: ${output}`);
+      assert.match(output, /^scriptorium: REDIS_URL\b/m, url);
+      assert.match(output, why, url);
+      assert.deepEqual(stackLines(output), [], output);
+      assert.doesNotMatch(output, /s3cr|pa\/ss/, 'the password is not shown');
+    }
+  });
+
+  it('a REDIS_URL database Redis does not have: one clear line, exit 1', async () => {
+    // Redis answers the handshake's SELECT with an error, for good: the server stayed not
+    // ready forever.
+    const { exit, output } = await runServerProcess({
+      REDIS_URL: 'redis://127.0.0.1:6379/99',
+      STORE_TIMEOUT_MS: '500',
+    });
+    assert.equal(exit, 1, output);
+    assert.match(
+      output,
+      /^scriptorium: REDIS_URL: Redis refused its database number \(ERR DB index/m,
+    );
+    assert.deepEqual(stackLines(output), [], output);
+  });
+
   it('bad AUTH_PUBLIC_KEY, NODE_ENV or HOST: one scriptorium: line naming it, exit 1, nothing opened', async () => {
     const dir = await tempDir();
     for (const [name, value] of [
