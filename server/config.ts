@@ -1,6 +1,7 @@
 import { createPublicKey } from 'node:crypto';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
+import proxyAddr from 'proxy-addr';
 import { parseOrigins } from './protocol/origins.js';
 
 /// Everything the server can be told, with units in the names. Built once by `loadConfig`,
@@ -408,6 +409,20 @@ function validate(config: Config): void {
   if (!Array.isArray(config.trustProxy) || !config.trustProxy.every(isProxyAddress)) {
     throw new ConfigError(
       'TRUST_PROXY must be a comma list of addresses, CIDR ranges, loopback, linklocal or uniquelocal',
+    );
+  }
+  // Compiled here as the admission will compile it: proxy-addr refuses more than the check
+  // above (a /0 range, which would trust every peer), and its TypeError thrown from inside the
+  // server came after the store was opened (the file store's lock left behind).
+  try {
+    proxyAddr.compile([...config.trustProxy]);
+  } catch (err) {
+    const everyone = config.trustProxy.some((entry) => /\/0+$/.test(entry));
+    throw new ConfigError(
+      `TRUST_PROXY: ${(err as Error).message}` +
+        (everyone
+          ? " (a /0 range would believe every peer's X-Forwarded-For: list the proxies)"
+          : ''),
     );
   }
   // A whole document must fit in one socket's buffer (the answer to a join), and its largest

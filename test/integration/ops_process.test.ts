@@ -114,13 +114,16 @@ describe('operations: start failures and crashes (server child processes)', () =
     assert.deepEqual(stackLines(output), [], output);
   });
 
-  it('bad AUTH_PUBLIC_KEY, NODE_ENV or HOST: one scriptorium: line naming it, exit 1, nothing opened', async () => {
+  it('bad AUTH_PUBLIC_KEY, NODE_ENV, HOST or TRUST_PROXY: one scriptorium: line naming it, exit 1, nothing opened', async () => {
     const dir = await tempDir();
     for (const [name, value] of [
       ['AUTH_PUBLIC_KEY', '-----BEGIN PUBLIC KEY-----xyz-----END PUBLIC KEY-----'],
       ['NODE_ENV', 'prod'],
       ['NODE_ENV', 'Production'],
       ['HOST', 'not a host'],
+      // Ranges proxy-addr refuses: it threw inside the server, after the store was opened.
+      ['TRUST_PROXY', '0.0.0.0/0'],
+      ['TRUST_PROXY', '10.0.0.1, ::/0'],
     ] as const) {
       const { exit, output } = await runServerProcess(fileEnv(dir, { [name]: value }));
       assert.equal(exit, 1, `${name}=${value}: ${output}`);
