@@ -1,4 +1,4 @@
-import { createPublicKey } from 'node:crypto';
+import { createPublicKey, type KeyObject } from 'node:crypto';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import proxyAddr from 'proxy-addr';
@@ -357,13 +357,15 @@ function validate(config: Config): void {
   // Parsed here, not only when the verifier is built: a damaged key must be one clear line at
   // start, before any store is opened, not a stack trace from deep inside the server.
   if (config.authPublicKey !== null) {
+    let key: KeyObject;
     try {
-      createPublicKey(config.authPublicKey);
+      key = createPublicKey(config.authPublicKey);
     } catch (err) {
       throw new ConfigError(
         `AUTH_PUBLIC_KEY is not a readable PEM public key (${(err as Error).message})`,
       );
     }
+    checkVerifierKey(key);
   }
   if (config.metricsToken !== null && config.metricsToken.length < 16) {
     throw new ConfigError('METRICS_TOKEN must be at least 16 characters');
@@ -437,6 +439,27 @@ function validate(config: Config): void {
       `maxJsonDepth (${config.maxJsonDepth}) must be at least 2 × maxDocDepth + 8 (${2 * config.maxDocDepth + 8}), or a document could not be sent whole`,
     );
   }
+}
+
+/// Throws `ConfigError` unless `key` is one the token verifier can check a signature with:
+/// RSA of 2048 bits or more (RS256; jose refuses shorter), EC P-256 (ES256) or Ed25519 (EdDSA),
+/// the algorithms server/protocol/auth.ts allows. Any other key (P-384, X25519, DSA) parses
+/// and then has every token refused as `unauthorized`, which looks like a client's fault.
+function checkVerifierKey(key: KeyObject): void {
+  const type = key.asymmetricKeyType;
+  const details = key.asymmetricKeyDetails ?? {};
+  if (type === 'rsa' && (details.modulusLength ?? 0) >= 2048) return;
+  if (type === 'ec' && details.namedCurve === 'prime256v1') return;
+  if (type === 'ed25519') return;
+  const found =
+    type === 'rsa'
+      ? `an RSA key of ${details.modulusLength} bits`
+      : type === 'ec'
+        ? `an EC key on ${details.namedCurve}`
+        : `a key of type ${type}`;
+  throw new ConfigError(
+    `AUTH_PUBLIC_KEY must be an RSA key of 2048 bits or more (RS256), EC P-256 (ES256) or Ed25519 (EdDSA), got ${found}: no token could be verified with it`,
+  );
 }
 
 /// `url` with anything between `//` and the last `@` (user and password) shown as `***`: for

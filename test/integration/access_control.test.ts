@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { get as httpGet } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { Transform } from 'prosemirror-transform';
@@ -504,6 +504,30 @@ describe('access configuration', () => {
     );
     const { publicKey } = generateKeyPairSync('ed25519');
     const pem = publicKey.export({ type: 'spki', format: 'pem' }).toString();
+    // Keys that parse but that the verifier (RS256, ES256, EdDSA) can never check a token with:
+    // every token was then refused unauthorized.
+    const pemOf = (key: KeyObject) => key.export({ type: 'spki', format: 'pem' }).toString();
+    for (const [found, key] of [
+      ['an EC key on secp384r1', generateKeyPairSync('ec', { namedCurve: 'P-384' }).publicKey],
+      ['a key of type x25519', generateKeyPairSync('x25519').publicKey],
+      [
+        'a key of type dsa',
+        generateKeyPairSync('dsa', { modulusLength: 1024, divisorLength: 160 }).publicKey,
+      ],
+      ['an RSA key of 1024 bits', generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey],
+    ] as const) {
+      assert.throws(
+        () => loadConfig({}, { AUTH_PUBLIC_KEY: pemOf(key) }),
+        new RegExp(`^ConfigError: AUTH_PUBLIC_KEY must be .* got ${found}`),
+        found,
+      );
+    }
+    for (const key of [
+      generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey,
+      generateKeyPairSync('rsa', { modulusLength: 2048 }).publicKey,
+    ]) {
+      assert.equal(loadConfig({}, { AUTH_PUBLIC_KEY: pemOf(key) }).authPublicKey, pemOf(key));
+    }
     assert.equal(loadConfig({}, { AUTH_PUBLIC_KEY: pem.replace(/\n/g, '\\n') }).authPublicKey, pem);
     for (const host of ['localhost', '127.0.0.1', '::', 'node-1.internal']) {
       assert.equal(loadConfig({}, { HOST: host }).host, host);
