@@ -35,6 +35,7 @@ const usage = `Usage: npm run bench:hostile -- [options]
 /// message may cost: they keep timers out of the measurements and make the reload case quick.
 const benchEnv: Record<string, string> = {
   STORE: 'memory',
+  REDIS_URL: '',
   // A loaded document is unloaded this long after its last socket left (default 30 s).
   IDLE_UNLOAD_MS: '1000',
   // The 30-s snapshot timer would serialise a grown document in the middle of some case; the

@@ -67,7 +67,7 @@ async function main(): Promise<number> {
       // An empty STORE is ignored by the config, so REDIS_URL or DATA_DIR picks the store.
       const env: Record<string, string> =
         store === 'memory'
-          ? { STORE: 'memory' }
+          ? { STORE: 'memory', REDIS_URL: '' }
           : store === 'redis'
             ? { STORE: '', REDIS_URL: values.redis! }
             : { STORE: '', REDIS_URL: '', DATA_DIR: dir! };

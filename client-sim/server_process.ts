@@ -42,6 +42,8 @@ export async function startServerProcess(
     env: {
       ...process.env,
       STORE: 'memory',
+      // Not a REDIS_URL of this process's environment, which STORE=memory contradicts.
+      REDIS_URL: '',
       LOG_LEVEL: 'warn',
       ...env,
       // The port and host are the harness's, never the caller's: load stays on loopback.

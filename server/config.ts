@@ -402,6 +402,13 @@ function validate(config: Config): void {
   if (config.store !== 'auto' && config.store !== 'memory') {
     throw new ConfigError(`STORE must be auto or memory, got "${config.store}"`);
   }
+  // One of them is a mistake, and taking STORE would lose every document at exit while the
+  // operator believes they are in Redis.
+  if (config.store === 'memory' && config.redisUrl !== null) {
+    throw new ConfigError(
+      'STORE=memory contradicts REDIS_URL: documents would be kept in memory only and lost at exit. Unset one of them',
+    );
+  }
   if (!logLevels.has(config.logLevel)) {
     throw new ConfigError(`LOG_LEVEL must be one of ${[...logLevels].join(', ')}`);
   }

@@ -52,6 +52,8 @@ const maxSendBytes = 60 * 1024;
 const serverEnv: Record<string, string> = {
   ...noAdmissionEnv,
   STORE: 'memory',
+  // Not the Redis of the test run's environment, which STORE=memory contradicts.
+  REDIS_URL: '',
   MAX_STEPS_PER_BATCH: '40',
   MAX_DOC_SIZE: '50000',
   MAX_DOC_BYTES: String(128 * 1024),

@@ -133,6 +133,19 @@ describe('operations: start failures and crashes (server child processes)', () =
     assert.deepEqual(await readdir(dir), [], 'the store was never opened');
   });
 
+  it('STORE=memory next to REDIS_URL: one line naming both, exit 1', async () => {
+    // REDIS_URL was ignored: every document kept in memory, lost at exit, in production too.
+    const { exit, output } = await runServerProcess({
+      STORE: 'memory',
+      REDIS_URL: 'redis://127.0.0.1:6379',
+      NODE_ENV: 'production',
+      AUTH: 'off',
+    });
+    assert.equal(exit, 1, output);
+    assert.match(output, /^scriptorium: STORE=memory contradicts REDIS_URL\b/m);
+    assert.deepEqual(stackLines(output), [], output);
+  });
+
   it('an uncaught exception: a graceful shutdown (snapshots written, lock released), then exit 1', async () => {
     const dir = await tempDir();
     // A bug on demand: the preloaded module throws from a signal listener, outside any

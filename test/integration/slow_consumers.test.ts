@@ -100,6 +100,7 @@ describe('slow consumers', () => {
   before(async () => {
     server = await startServerProcess({
       STORE: 'memory',
+      REDIS_URL: '',
       LOG_LEVEL: 'warn',
       MAX_DOC_BYTES: String(512 * 1024),
       MAX_MESSAGE_BYTES: String(256 * 1024),
