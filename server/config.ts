@@ -260,22 +260,32 @@ const logLevels = new Set(['fatal', 'error', 'warn', 'info', 'debug', 'trace', '
 
 /// Builds the configuration from `overrides` (typed values, as tests pass them) and `env`
 /// (strings, as the entry point passes `process.env`), over `defaults`. Throws `ConfigError`
-/// for an unknown or invalid value; returns a frozen object.
+/// for an unknown or invalid value, naming the setting as its caller knows it: with `env`, by
+/// its environment variable (`PORT`), unless `overrides` set it; without, by its field
+/// (`port`, as `createCollab`'s `limits` spell it). Returns a frozen object.
 export function loadConfig(
   overrides: Partial<Config> = {},
-  env: Record<string, string | undefined> = {},
+  env?: Record<string, string | undefined>,
 ): Readonly<Config> {
   const config: Config = { ...defaults };
+  const names = new Map<keyof Config, string>();
   for (const [name, field] of Object.entries(environment)) {
+    if (env === undefined) break;
+    // Unset ones too: an operator meets the default of a setting they left alone under the
+    // same name (MAX_DOC_DEPTH=100 is refused for MAX_JSON_DEPTH's default).
+    names.set(field, name);
     const raw = env[name];
     if (raw === undefined || raw === '') continue;
     (config as unknown as Record<string, unknown>)[field] = parseEnv(name, field, raw);
   }
   for (const [field, value] of Object.entries(overrides)) {
     if (!(field in defaults)) throw new ConfigError(`Unknown setting "${field}"`);
-    if (value !== undefined) (config as unknown as Record<string, unknown>)[field] = value;
+    if (value !== undefined) {
+      (config as unknown as Record<string, unknown>)[field] = value;
+      names.delete(field as keyof Config);
+    }
   }
-  validate(config);
+  validate(config, (field) => names.get(field) ?? field);
   return Object.freeze(config);
 }
 
@@ -307,11 +317,15 @@ function parseEnv(name: string, field: keyof Config, raw: string): unknown {
   return raw;
 }
 
-function validate(config: Config): void {
+/// Throws `ConfigError` for the first setting `config` cannot run with; `name` gives the name
+/// a message calls a setting by.
+function validate(config: Config, name: (field: keyof Config) => string): void {
   for (const [field, [min, max]] of Object.entries(integerRanges) as [keyof Config, number[]][]) {
     const value = config[field];
     if (typeof value !== 'number' || !Number.isInteger(value) || value < min! || value > max!) {
-      throw new ConfigError(`${field} must be a whole number from ${min} to ${max}, got ${value}`);
+      throw new ConfigError(
+        `${name(field)} must be a whole number from ${min} to ${max}, got ${value}`,
+      );
     }
   }
   if (
@@ -327,12 +341,12 @@ function validate(config: Config): void {
     !/^[A-Za-z0-9._:-]{1,64}$/.test(config.redisKeyPrefix)
   ) {
     throw new ConfigError(
-      `REDIS_KEY_PREFIX must be 1–64 characters of A-Z a-z 0-9 . _ : -, got "${config.redisKeyPrefix}"`,
+      `${name('redisKeyPrefix')} must be 1–64 characters of A-Z a-z 0-9 . _ : -, got "${config.redisKeyPrefix}"`,
     );
   }
   if (typeof config.nodeId !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(config.nodeId)) {
     throw new ConfigError(
-      `NODE_ID must be 1–64 characters of A-Z a-z 0-9 . _ -, got "${config.nodeId}"`,
+      `${name('nodeId')} must be 1–64 characters of A-Z a-z 0-9 . _ -, got "${config.nodeId}"`,
     );
   }
   for (const field of [
@@ -344,7 +358,7 @@ function validate(config: Config): void {
   ] as const) {
     const value = config[field];
     if (value !== null && (typeof value !== 'string' || value === '')) {
-      throw new ConfigError(`${field} must be a non-empty string when set`);
+      throw new ConfigError(`${name(field)} must be a non-empty string when set`);
     }
   }
   // A short HS256 secret can be found by brute force from any token it signed.
@@ -394,10 +408,10 @@ function validate(config: Config): void {
     );
   }
   if (!Array.isArray(config.allowedOrigins)) {
-    throw new ConfigError('allowedOrigins must be a list of origins');
+    throw new ConfigError(`${name('allowedOrigins')} must be a list of origins`);
   }
   if (typeof config.dataDir !== 'string' || config.dataDir === '') {
-    throw new ConfigError('dataDir must be a directory path');
+    throw new ConfigError(`${name('dataDir')} must be a directory path`);
   }
   if (config.store !== 'auto' && config.store !== 'memory') {
     throw new ConfigError(`STORE must be auto or memory, got "${config.store}"`);
@@ -413,11 +427,11 @@ function validate(config: Config): void {
     throw new ConfigError(`LOG_LEVEL must be one of ${[...logLevels].join(', ')}`);
   }
   if (typeof config.metricsEnabled !== 'boolean') {
-    throw new ConfigError('metricsEnabled must be true or false');
+    throw new ConfigError(`${name('metricsEnabled')} must be true or false`);
   }
   if (!Array.isArray(config.trustProxy) || !config.trustProxy.every(isProxyAddress)) {
     throw new ConfigError(
-      'TRUST_PROXY must be a comma list of addresses, CIDR ranges, loopback, linklocal or uniquelocal',
+      `${name('trustProxy')} must be a comma list of addresses, CIDR ranges, loopback, linklocal or uniquelocal`,
     );
   }
   // Compiled here as the admission will compile it: proxy-addr refuses more than the check
@@ -428,7 +442,7 @@ function validate(config: Config): void {
   } catch (err) {
     const everyone = config.trustProxy.some((entry) => /\/0+$/.test(entry));
     throw new ConfigError(
-      `TRUST_PROXY: ${(err as Error).message}` +
+      `${name('trustProxy')}: ${(err as Error).message}` +
         (everyone
           ? " (a /0 range would believe every peer's X-Forwarded-For: list the proxies)"
           : ''),
@@ -438,12 +452,12 @@ function validate(config: Config): void {
   // attribute in one message.
   if (config.maxSocketBufferBytes < config.maxDocBytes) {
     throw new ConfigError(
-      `maxSocketBufferBytes (${config.maxSocketBufferBytes}) must be at least maxDocBytes (${config.maxDocBytes})`,
+      `${name('maxSocketBufferBytes')} (${config.maxSocketBufferBytes}) must be at least ${name('maxDocBytes')} (${config.maxDocBytes})`,
     );
   }
   if (config.maxJsonDepth < 2 * config.maxDocDepth + 8) {
     throw new ConfigError(
-      `maxJsonDepth (${config.maxJsonDepth}) must be at least 2 × maxDocDepth + 8 (${2 * config.maxDocDepth + 8}), or a document could not be sent whole`,
+      `${name('maxJsonDepth')} (${config.maxJsonDepth}) must be at least 2 × ${name('maxDocDepth')} + 8 (${2 * config.maxDocDepth + 8}), or a document could not be sent whole`,
     );
   }
 }

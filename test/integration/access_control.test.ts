@@ -533,6 +533,20 @@ describe('access configuration', () => {
       assert.equal(loadConfig({}, { HOST: host }).host, host);
     }
     assert.throws(() => loadConfig({}, { HOST: 'not a host' }), /HOST must be/);
+    // Ranges and cross-checks name the environment variable, as the operator set it (they
+    // named the config field: "port must be…", MAX_DOC_DEPTH=100 blamed maxJsonDepth).
+    assert.throws(
+      () => loadConfig({}, { PORT: '70000' }),
+      /^ConfigError: PORT must be a whole number from 0 to 65535, got 70000$/,
+    );
+    assert.throws(
+      () => loadConfig({}, { MAX_DOC_DEPTH: '100' }),
+      /^ConfigError: MAX_JSON_DEPTH \(128\) must be at least 2 × MAX_DOC_DEPTH \+ 8 \(208\)/,
+    );
+    assert.throws(
+      () => loadConfig({}, { MAX_DOC_BYTES: String(8 * 1024 * 1024) }),
+      /^ConfigError: MAX_SOCKET_BUFFER_BYTES \(4194304\) must be at least MAX_DOC_BYTES/,
+    );
     assert.throws(() => loadConfig({}, { ALLOWED_ORIGINS: 'https://a.example/path' }), ConfigError);
     assert.deepEqual(
       loadConfig({}, { ALLOWED_ORIGINS: 'https://a.example, http://b.example:8080' })

@@ -496,7 +496,15 @@ describe('createCollab options', () => {
 
   it('refuses settings that are not limits, and invalid limits', () => {
     assert.throws(() => createCollab({ limits: { port: 1 } as never }), /not a limit/);
-    assert.throws(() => createCollab({ limits: { maxDocBytes: 1 } }), /maxDocBytes/);
+    assert.throws(
+      () => createCollab({ limits: { maxDocBytes: 1 } }),
+      /^ConfigError: maxDocBytes must be a whole number/,
+    );
+    // A host passing limits knows them by their field names, not the environment's.
+    assert.throws(
+      () => createCollab({ limits: { maxDocDepth: 100 } }),
+      /^ConfigError: maxJsonDepth \(128\) must be at least 2 × maxDocDepth \+ 8/,
+    );
   });
 
   it('refuses an option it does not know: a misspelt authenticate must not run the server open', () => {

@@ -121,6 +121,7 @@ describe('operations: start failures and crashes (server child processes)', () =
       ['NODE_ENV', 'prod'],
       ['NODE_ENV', 'Production'],
       ['HOST', 'not a host'],
+      ['PORT', '70000'],
       // Ranges proxy-addr refuses: it threw inside the server, after the store was opened.
       ['TRUST_PROXY', '0.0.0.0/0'],
       ['TRUST_PROXY', '10.0.0.1, ::/0'],
