@@ -39,81 +39,8 @@ if (config.authSecret === null && config.authPublicKey === null) {
 // Kept to ask, at exit, whether file operations are still running (see `exit`).
 let fileStore: FileStore | null = null;
 
-async function openStore(): Promise<Store> {
-  if (config.store === 'memory') {
-    log.info('store: memory (documents are lost when the process exits)');
-    return new MemoryStore();
-  }
-  if (config.redisUrl) {
-    const { RedisStore } = await import('./stores/redis_store.js');
-    const store = new RedisStore({
-      url: config.redisUrl,
-      keyPrefix: config.redisKeyPrefix,
-      commandTimeoutMs: config.storeTimeoutMs,
-      logger: log,
-    });
-    // Start even when Redis is down: loads and steps are refused with `unavailable` until it
-    // answers, and the client reconnects by itself.
-    const answered = await store.ready(config.storeTimeoutMs).then(
-      () => true,
-      () => false,
-    );
-    // Wrong credentials, or a database number the server does not have, are configuration
-    // errors, which no retry mends: stop, as for a bad setting, rather than start and stay not
-    // ready for good.
-    const refused = answered ? null : store.urlRefused;
-    if (refused !== null) {
-      await store.close().catch(() => {});
-      const what = /^ERR DB index/.test(refused) ? 'database number' : 'credentials';
-      console.error(
-        `scriptorium: REDIS_URL: Redis refused its ${what} (${refused.split('\n')[0]})`,
-      );
-      process.exit(1);
-    }
-    if (!answered) {
-      log.warn(
-        { url: redactUrl(config.redisUrl!) },
-        'Redis does not answer yet; retrying in the background',
-      );
-    }
-    log.info({ url: redactUrl(config.redisUrl) }, 'store: redis');
-    return store;
-  }
-  const { FileStore } = await import('./stores/file_store.js');
-  const dir = resolve(config.dataDir);
-  try {
-    // Takes the directory's lock: a second server on it stops here, before it listens.
-    fileStore = new FileStore({ dataDir: dir, timeoutMs: config.storeTimeoutMs, logger: log });
-  } catch (err) {
-    console.error(`scriptorium: ${err instanceof Error ? err.message : String(err)}`);
-    process.exit(1);
-  }
-  log.info({ dir }, 'store: file (set REDIS_URL to use Redis)');
-  return fileStore;
-}
-
 /// How long after `shutdownTimeoutMs` the process exits even if the shutdown has not returned.
 const shutdownGraceMs = 500;
-
-const store = await openStore();
-const server = createScriptorium(config, { store, log });
-let port: number;
-try {
-  port = await server.listen();
-} catch (err) {
-  // A port in use, an address not of this machine, a name that does not resolve: one line,
-  // and the store closed first, so the file store's lock is not left behind.
-  const { code, message } = err as NodeJS.ErrnoException;
-  console.error(`scriptorium: cannot listen on ${config.host}:${config.port} (${code ?? message})`);
-  await Promise.race([
-    store.close().catch(() => undefined),
-    // Not unref'd: with nothing else pending Node would exit 0 before the line below.
-    new Promise((resolve) => setTimeout(resolve, config.storeTimeoutMs)),
-  ]);
-  process.exit(1);
-}
-const shown = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
-log.info({ port, host: config.host }, `listening on http://${shown}:${port}`);
 
 /// Ends the process with `code`. `process.exit` first joins libuv's thread pool, so a file
 /// operation stuck in a system call (a hung disk, a network mount gone away) would hold the
@@ -137,16 +64,126 @@ let stopping = false;
 /// whatever it saved, so that a supervisor restarting on failure (systemd `on-failure`,
 /// Docker, Kubernetes) brings the process back.
 let crashed = false;
+/// True once the server listens: from then on a signal starts the graceful shutdown.
+let listening = false;
+/// The first signal that arrived during start-up, acted on once start-up reaches a point it can
+/// stop from (the store opened, or the server listening).
+let startupStop: string | null = null;
+let onStartupStop: () => void = () => {};
+/// Resolves when a signal arrives during start-up: what start-up waits for (a Redis that does
+/// not answer yet) stops waiting.
+const startupStopped = new Promise<void>((resolve) => (onStartupStop = resolve));
+// Installed before anything is awaited. As PID 1 (node in a container without an init) a
+// signal without a handler is ignored, not fatal: a SIGTERM while start-up waited for Redis
+// was lost, and the server then served until it was killed.
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => {
-    if (stopping) {
+    if (stopping || startupStop !== null) {
       log.warn({ signal }, 'second signal: exiting without waiting for the shutdown');
       exit(1);
+      return;
+    }
+    if (!listening) {
+      startupStop = signal;
+      log.info({ signal }, 'stopping once start-up ends');
+      onStartupStop();
       return;
     }
     stop(signal);
   });
 }
+
+async function openStore(): Promise<Store> {
+  if (config.store === 'memory') {
+    log.info('store: memory (documents are lost when the process exits)');
+    return new MemoryStore();
+  }
+  if (config.redisUrl) {
+    const { RedisStore } = await import('./stores/redis_store.js');
+    const store = new RedisStore({
+      url: config.redisUrl,
+      keyPrefix: config.redisKeyPrefix,
+      commandTimeoutMs: config.storeTimeoutMs,
+      logger: log,
+    });
+    // Start even when Redis is down: loads and steps are refused with `unavailable` until it
+    // answers, and the client reconnects by itself.
+    const answered = await Promise.race([
+      store.ready(config.storeTimeoutMs).then(
+        () => true,
+        () => false,
+      ),
+      startupStopped.then(() => false),
+    ]);
+    // Wrong credentials, or a database number the server does not have, are configuration
+    // errors, which no retry mends: stop, as for a bad setting, rather than start and stay not
+    // ready for good.
+    const refused = answered || startupStop !== null ? null : store.urlRefused;
+    if (refused !== null) {
+      await store.close().catch(() => {});
+      const what = /^ERR DB index/.test(refused) ? 'database number' : 'credentials';
+      console.error(
+        `scriptorium: REDIS_URL: Redis refused its ${what} (${refused.split('\n')[0]})`,
+      );
+      process.exit(1);
+    }
+    if (!answered && startupStop === null) {
+      log.warn(
+        { url: redactUrl(config.redisUrl!) },
+        'Redis does not answer yet; retrying in the background',
+      );
+    }
+    log.info({ url: redactUrl(config.redisUrl) }, 'store: redis');
+    return store;
+  }
+  const { FileStore } = await import('./stores/file_store.js');
+  const dir = resolve(config.dataDir);
+  try {
+    // Takes the directory's lock: a second server on it stops here, before it listens.
+    fileStore = new FileStore({ dataDir: dir, timeoutMs: config.storeTimeoutMs, logger: log });
+  } catch (err) {
+    console.error(`scriptorium: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  }
+  log.info({ dir }, 'store: file (set REDIS_URL to use Redis)');
+  return fileStore;
+}
+
+/// Closes `store`, waiting at most `storeTimeoutMs` for it.
+async function closeStore(store: Store): Promise<void> {
+  await Promise.race([
+    store.close().catch(() => undefined),
+    // Not unref'd: with nothing else pending Node would exit 0 before the caller's exit.
+    new Promise((resolve) => setTimeout(resolve, config.storeTimeoutMs)),
+  ]);
+}
+
+const store = await openStore();
+if (startupStop !== null) {
+  // Nobody has connected: nothing to save or tell, only the store to close (the file store's
+  // lock released).
+  await closeStore(store);
+  log.info({ signal: startupStop }, 'stopped during start-up');
+  exit(0);
+}
+const server = createScriptorium(config, { store, log });
+let port: number;
+try {
+  port = await server.listen();
+} catch (err) {
+  // A port in use, an address not of this machine, a name that does not resolve: one line,
+  // and the store closed first, so the file store's lock is not left behind.
+  const { code, message } = err as NodeJS.ErrnoException;
+  console.error(`scriptorium: cannot listen on ${config.host}:${config.port} (${code ?? message})`);
+  await closeStore(store);
+  process.exit(1);
+}
+listening = true;
+const shown = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
+log.info({ port, host: config.host }, `listening on http://${shown}:${port}`);
+// A signal while it started: nobody can have joined yet, but the shutdown is the one path that
+// closes a server that listens.
+if (startupStop !== null) stop(startupStop);
 
 /// The graceful shutdown, once: saves, tells editors, closes the store, then exits 0 when
 /// everything was saved and nothing crashed, 1 otherwise.

@@ -9,7 +9,7 @@ import { after, describe, it } from 'node:test';
 import { lockFileName } from '../../server/stores/directory_lock.js';
 import { parseStateText } from '../../server/stores/file_store.js';
 import { Random, editRandomly, openEditor } from '../support/editors.js';
-import { runServerProcess, startServerProcess } from '../support/process.js';
+import { runServerProcess, spawnServerProcess, startServerProcess } from '../support/process.js';
 import { waitFor } from '../support/wait.js';
 
 // The standalone server as a supervisor sees it: how it exits when it cannot start, and after
@@ -145,6 +145,29 @@ describe('operations: start failures and crashes (server child processes)', () =
     assert.equal(exit, 1, output);
     assert.match(output, /^scriptorium: STORE=memory contradicts REDIS_URL\b/m);
     assert.deepEqual(stackLines(output), [], output);
+  });
+
+  it('SIGTERM during start-up (waiting for Redis): acted on once start-up ends, exit 0', async () => {
+    // Nothing listens on port 1: start-up waits up to STORE_TIMEOUT_MS for Redis. The handlers
+    // were installed only after listen: the signal killed the process here, and as PID 1 (a
+    // container without an init) it was ignored and the server went on to serve.
+    const { child, output, exited } = await spawnServerProcess({
+      REDIS_URL: 'redis://127.0.0.1:1',
+      STORE_TIMEOUT_MS: '60000',
+      LOG_LEVEL: 'info',
+    });
+    try {
+      // Logged before start-up awaits anything.
+      await waitFor(() => /open mode/.test(output()), 'start-up under way');
+      child.kill('SIGTERM');
+      assert.equal(await exited, 0, output());
+    } finally {
+      child.kill('SIGKILL');
+    }
+    assert.match(output(), /stopping once start-up ends/);
+    assert.match(output(), /stopped during start-up/);
+    assert.doesNotMatch(output(), /listening on/);
+    assert.deepEqual(stackLines(output()), [], output());
   });
 
   it('an uncaught exception: a graceful shutdown (snapshots written, lock released), then exit 1', async () => {

@@ -80,6 +80,14 @@ export async function runServerProcess(
   }
 }
 
+/// Starts the server with `env` on a free port and returns at once, without waiting for it to
+/// answer: for tests that signal it during start-up.
+export async function spawnServerProcess(
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; output: () => string; exited: Promise<number | string> }> {
+  return spawnServer(env, await freePort());
+}
+
 function spawnServer(
   env: Record<string, string>,
   port: number,
