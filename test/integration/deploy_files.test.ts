@@ -143,6 +143,26 @@ describe('docker-compose.yml', () => {
   });
 });
 
+describe('the Dockerfiles', () => {
+  it('run node under tini, not as PID 1', async () => {
+    // PID 1 ignores signals it has no handler for and a SIGKILL it sends itself: the server's
+    // last resort on a hung disk (killing itself, status 137) did nothing in a container.
+    for (const [file, tini, command] of [
+      ['Dockerfile', '/usr/bin/tini', ['node', 'dist/server/main.js']],
+      ['deploy/gateway.Dockerfile', '/sbin/tini', ['node', 'deploy/gateway_start.js']],
+    ] as const) {
+      const text = await readFile(join(root, file), 'utf8');
+      // The image that runs: the last stage.
+      const last = text.slice(text.lastIndexOf('\nFROM '));
+      assert.match(last, /^RUN .*\b(apt-get install|apk add)\b.*\btini\b/m, file);
+      const instruction = (name: string) =>
+        JSON.parse(new RegExp(`^${name} (\\[.*\\])$`, 'm').exec(last)?.[1] ?? 'null') as unknown;
+      assert.deepEqual(instruction('ENTRYPOINT'), [tini, '--'], file);
+      assert.deepEqual(instruction('CMD'), command, file);
+    }
+  });
+});
+
 describe('docker-compose config', () => {
   it('accepts the file, for the default set and the cluster profile, and demands AUTH_SECRET', async () => {
     const compose = (args: string[], env: Record<string, string>) =>
