@@ -101,7 +101,7 @@ function startNode(index: number): NodeProcess {
         if (stopping) return;
         const again = startNode(index);
         nodes[index] = again;
-        void ready(again.url, 30_000).then(
+        void ready(again.url, 30_000, '/readyz', again.child).then(
           () => console.log(`node ${id} pid ${again.child.pid} ${again.url}`),
           (err: unknown) => console.log(`node ${id} did not come back: ${(err as Error).message}`),
         );
@@ -111,10 +111,20 @@ function startNode(index: number): NodeProcess {
   return node;
 }
 
-/// Resolves once `url`/readyz answers 200; rejects after `timeoutMs`.
-async function ready(url: string, timeoutMs: number, path = '/readyz'): Promise<void> {
+/// Resolves once `url`/readyz answers 200; rejects after `timeoutMs`, or as soon as `child`
+/// (the process that should answer) has exited: a node that stops at start (a bad setting)
+/// was waited for the whole 30 s.
+async function ready(
+  url: string,
+  timeoutMs: number,
+  path = '/readyz',
+  child: ChildProcess | null = null,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    if (child && (child.exitCode !== null || child.signalCode !== null)) {
+      throw new Error(`${url} exited (${child.signalCode ?? child.exitCode}) before it was ready`);
+    }
     try {
       const response = await fetch(url + path, { signal: AbortSignal.timeout(1000) });
       if (response.ok) return;
@@ -170,7 +180,7 @@ process.on('exit', () => {
 
 try {
   for (let i = 0; i < count; i++) nodes.push(startNode(i));
-  await Promise.all(nodes.map((node) => ready(node.url, 30_000)));
+  await Promise.all(nodes.map((node) => ready(node.url, 30_000, '/readyz', node.child)));
   for (const node of nodes) console.log(`node ${node.id} pid ${node.child.pid} ${node.url}`);
   await mkdir(dir, { recursive: true });
   const config = renderNginxConfig({
@@ -197,7 +207,7 @@ try {
       void stop(1);
     }
   });
-  await ready(`http://127.0.0.1:${gatewayPort}`, 10_000, '/healthz');
+  await ready(`http://127.0.0.1:${gatewayPort}`, 10_000, '/healthz', gateway);
   console.log(`gateway http://127.0.0.1:${gatewayPort}`);
 } catch (err) {
   console.error(`cluster: ${(err as Error).message}`);

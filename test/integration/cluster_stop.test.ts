@@ -23,6 +23,42 @@ describe('npm run cluster, stopped as Ctrl-C stops it', () => {
     await deleteRedisKeys(redisUrl, keyPrefix);
   });
 
+  it('a node that stops at start: the cluster says so and exits 1 at once, not after 30 s', async () => {
+    const port = await freePortRange(2);
+    const cluster = spawn(
+      process.execPath,
+      [clusterEntry, ...['--nodes', '1', '--port', String(port), '--base-port', String(port + 1)]],
+      {
+        // Production without a key: the node refuses to start, exit 1.
+        env: {
+          ...process.env,
+          REDIS_URL: redisUrl,
+          NODE_ENV: 'production',
+          AUTH: '',
+          AUTH_SECRET: '',
+          AUTH_PUBLIC_KEY: '',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: true,
+      },
+    );
+    let output = '';
+    cluster.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    cluster.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    try {
+      const [code] = (await once(cluster, 'exit')) as [number | null];
+      assert.equal(code, 1, output);
+      assert.match(
+        output,
+        /^cluster: http:\/\/127\.0\.0\.1:\d+ exited \(1\) before it was ready$/m,
+      );
+    } finally {
+      if (cluster.exitCode === null && cluster.signalCode === null) {
+        process.kill(-cluster.pid!, 'SIGKILL');
+      }
+    }
+  });
+
   it('a SIGINT to the process group: each node shuts down once, gracefully, and releases its leases', async () => {
     const port = await freePortRange(2);
     const cluster = spawn(
