@@ -455,6 +455,14 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
       `${name('maxSocketBufferBytes')} (${config.maxSocketBufferBytes}) must be at least ${name('maxDocBytes')} (${config.maxDocBytes})`,
     );
   }
+  // A lease renewal is a store call: one that may wait as long as the lease lasts could keep
+  // editors on a document after the lease lapsed and another node took it (their writes are
+  // fenced, but they would be answered by a copy that no longer has the last word).
+  if (config.redisUrl !== null && config.storeTimeoutMs >= config.leaseMs) {
+    throw new ConfigError(
+      `${name('storeTimeoutMs')} (${config.storeTimeoutMs}) must be less than ${name('leaseMs')} (${config.leaseMs}) with REDIS_URL: a lease renewal could wait past the lease`,
+    );
+  }
   if (config.maxJsonDepth < 2 * config.maxDocDepth + 8) {
     throw new ConfigError(
       `${name('maxJsonDepth')} (${config.maxJsonDepth}) must be at least 2 × ${name('maxDocDepth')} + 8 (${2 * config.maxDocDepth + 8}), or a document could not be sent whole`,

@@ -543,6 +543,12 @@ describe('access configuration', () => {
       () => loadConfig({}, { MAX_DOC_DEPTH: '100' }),
       /^ConfigError: MAX_JSON_DEPTH \(128\) must be at least 2 × MAX_DOC_DEPTH \+ 8 \(208\)/,
     );
+    // A lease renewal that may wait as long as the lease could keep editors past it.
+    assert.throws(
+      () => loadConfig({}, { REDIS_URL: 'redis://127.0.0.1:6379', LEASE_MS: '1000' }),
+      /^ConfigError: STORE_TIMEOUT_MS \(2000\) must be less than LEASE_MS \(1000\) with REDIS_URL/,
+    );
+    assert.equal(loadConfig({}, { LEASE_MS: '1000' }).leaseMs, 1000, 'no leases without Redis');
     assert.throws(
       () => loadConfig({}, { MAX_DOC_BYTES: String(8 * 1024 * 1024) }),
       /^ConfigError: MAX_SOCKET_BUFFER_BYTES \(4194304\) must be at least MAX_DOC_BYTES/,

@@ -179,6 +179,8 @@ describe('durability (real Redis, server child processes)', () => {
       REDIS_URL: redisUrl,
       REDIS_KEY_PREFIX: keyPrefix,
       LEASE_MS: '1500',
+      // Under the lease time, as the server requires.
+      STORE_TIMEOUT_MS: '1400',
       ...keepJournal,
     };
     let server = await startServerProcess(env);
@@ -314,6 +316,7 @@ describe('durability (real Redis, server child processes)', () => {
       REDIS_URL: redisUrl,
       REDIS_KEY_PREFIX: keyPrefix,
       LEASE_MS: '1000',
+      STORE_TIMEOUT_MS: '900',
       NODE_ID: 'node-1',
       ...keepJournal,
     };
@@ -370,6 +373,7 @@ describe('durability (real Redis, server child processes)', () => {
       REDIS_URL: redisUrl,
       REDIS_KEY_PREFIX: keyPrefix,
       LEASE_MS: '1000',
+      STORE_TIMEOUT_MS: '900',
       ...keepJournal,
     };
     const a = await startServerProcess({ ...env, NODE_ID: 'node-a' });

@@ -154,6 +154,8 @@ describe('operations: start failures and crashes (server child processes)', () =
     const { child, output, exited } = await spawnServerProcess({
       REDIS_URL: 'redis://127.0.0.1:1',
       STORE_TIMEOUT_MS: '60000',
+      // Longer than the store timeout, as the server requires with Redis.
+      LEASE_MS: '120000',
       LOG_LEVEL: 'info',
     });
     try {
