@@ -455,6 +455,11 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
       `${name('maxSocketBufferBytes')} (${config.maxSocketBufferBytes}) must be at least ${name('maxDocBytes')} (${config.maxDocBytes})`,
     );
   }
+  if (config.maxAttributeBytes > config.maxMessageBytes) {
+    throw new ConfigError(
+      `${name('maxAttributeBytes')} (${config.maxAttributeBytes}) must be at most ${name('maxMessageBytes')} (${config.maxMessageBytes}), or an attribute it allows could never be sent`,
+    );
+  }
   // A lease renewal is a store call: one that may wait as long as the lease lasts could keep
   // editors on a document after the lease lapsed and another node took it (their writes are
   // fenced, but they would be answered by a copy that no longer has the last word).

@@ -543,6 +543,11 @@ describe('access configuration', () => {
       () => loadConfig({}, { MAX_DOC_DEPTH: '100' }),
       /^ConfigError: MAX_JSON_DEPTH \(128\) must be at least 2 × MAX_DOC_DEPTH \+ 8 \(208\)/,
     );
+    // The comment over these checks promised it: an attribute must fit in one message.
+    assert.throws(
+      () => loadConfig({}, { MAX_ATTRIBUTE_BYTES: '100000' }),
+      /^ConfigError: MAX_ATTRIBUTE_BYTES \(100000\) must be at most MAX_MESSAGE_BYTES \(65536\)/,
+    );
     // A lease renewal that may wait as long as the lease could keep editors past it.
     assert.throws(
       () => loadConfig({}, { REDIS_URL: 'redis://127.0.0.1:6379', LEASE_MS: '1000' }),
