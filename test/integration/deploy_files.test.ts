@@ -38,9 +38,11 @@ const knownFields: Record<string, Set<string>> = {
     ...['type', 'name', 'runtime', 'dockerfilePath', 'dockerContext', 'plan'],
     ...['healthCheckPath', 'maxShutdownDelaySeconds', 'envVars', 'numInstances'],
   ]),
+  // No healthCheckPath: Render health-checks web services only, and a path that looks like a
+  // check but is never requested promises what the platform does not do.
   pserv: new Set([
     ...['type', 'name', 'runtime', 'dockerfilePath', 'dockerContext', 'plan'],
-    ...['healthCheckPath', 'maxShutdownDelaySeconds', 'envVars', 'numInstances'],
+    ...['maxShutdownDelaySeconds', 'envVars', 'numInstances'],
   ]),
   keyvalue: new Set(['type', 'name', 'plan', 'maxmemoryPolicy', 'ipAllowList']),
 };
@@ -88,7 +90,6 @@ describe('render.yaml', () => {
     const nodeIds = new Set<string>();
     for (const node of nodes) {
       assert.equal(node['numInstances'], 1, `${String(node['name'])}: one instance`);
-      assert.equal(node['healthCheckPath'], '/readyz');
       assert.ok(Number(node['maxShutdownDelaySeconds']) >= 10);
       const vars = node['envVars'] as Doc[];
       const id = vars.find((v) => v['key'] === 'NODE_ID')?.['value'];
