@@ -38,6 +38,9 @@ const maxPairs = 40_000;
 const likenessSpan = 256;
 /// The most textblocks one group of split or joined blocks takes in on each side.
 const maxGroup = 16;
+/// The most positions a group compared as one stream may hold (both sides): the stream takes
+/// a key per character.
+const maxStreamItems = 200_000;
 
 /// The change from `a` to `b` as the map of the replacements that turn one into the other, or
 /// null when no position moves (the two are equal, or differ only in marks). Positions are
@@ -182,13 +185,32 @@ function compareStretch(
   // they would drop a local step made at them (a list item lifted or sunk).
   let nextA = 0;
   let nextB = 0;
-  for (const { olds, news } of groups) {
+  for (let k = 0; k < groups.length; k++) {
+    const { olds, news } = groups[k]!;
     const firstA = stretchA.indexOf(olds[0]!, nextA);
     const firstB = stretchB.indexOf(news[0]!, nextB);
     const lastA = stretchA.indexOf(olds[olds.length - 1]!, firstA);
     const lastB = stretchB.indexOf(news[news.length - 1]!, firstB);
     const old = olds[0]!;
     const added = news[0]!;
+    const grouping = olds.length > 1 || news.length > 1;
+    const streamed = grouping
+      ? compareStream(
+          stretchA.slice(firstA, lastA + 1),
+          old.pos,
+          stretchB.slice(firstB, lastB + 1),
+          added.pos,
+          deadline,
+        )
+      : null;
+    if (grouping && !streamed && olds.length === news.length) {
+      // Too long or too different to compare as one stream: as many blocks on both sides (a
+      // join and a split elsewhere, or long paragraphs whose ends alone looked alike), so
+      // compared in pairs, in order, as before groups; the first pair takes this turn.
+      groups.splice(k, 1, ...olds.map((piece, i): Group => ({ olds: [piece], news: [news[i]!] })));
+      k--;
+      continue;
+    }
     const between = !sameKeys(stretchA.slice(nextA, firstA), stretchB.slice(nextB, firstB));
     if (between && (old.pos > fromA || added.pos > fromB))
       ranges.push(fromA, old.pos - fromA, added.pos - fromB);
@@ -196,15 +218,10 @@ function compareStretch(
     nextB = lastB + 1;
     const endA = stretchA[lastA]!.pos + stretchA[lastA]!.size;
     const endB = stretchB[lastB]!.pos + stretchB[lastB]!.size;
-    if (olds.length > 1 || news.length > 1) {
-      compareStream(
-        stretchA.slice(firstA, nextA),
-        old.pos,
-        stretchB.slice(firstB, nextB),
-        added.pos,
-        deadline,
-        ranges,
-      );
+    if (grouping) {
+      // Past the stream's limits with blocks split or joined: the group is one replacement.
+      if (streamed) ranges.push(...streamed);
+      else ranges.push(old.pos, endA - old.pos, endB - added.pos);
     } else {
       // Another type or attributes: its start and end tokens are replaced, as a change of
       // block type maps them in ProseMirror; what is inside keeps its positions.
@@ -348,56 +365,59 @@ function blockText(piece: Piece): string {
   return (piece.text ??= piece.node.textContent);
 }
 
+/// The text of `blocks` from `from` to `to` read together, as far as `likeness` reads it:
+/// whole up to `2 × likenessSpan` characters, and past that its first and last `likenessSpan`
+/// (which give the same likeness against any text): groups of long paragraphs are compared
+/// without building their whole text again for every block tried.
 function joinedText(blocks: Piece[], from: number, to: number): string {
-  let text = blockText(blocks[from]!);
-  for (let i = from + 1; i <= to; i++) text += blockText(blocks[i]!);
-  return text;
+  let length = 0;
+  for (let i = from; i <= to; i++) length += blockText(blocks[i]!).length;
+  if (length <= 2 * likenessSpan) {
+    let text = '';
+    for (let i = from; i <= to; i++) text += blockText(blocks[i]!);
+    return text;
+  }
+  let head = '';
+  for (let i = from; i <= to && head.length < likenessSpan; i++) {
+    head += blockText(blocks[i]!).slice(0, likenessSpan);
+  }
+  let tail = '';
+  for (let i = to; i >= from && tail.length < likenessSpan; i--) {
+    tail = blockText(blocks[i]!).slice(-likenessSpan) + tail;
+  }
+  return head.slice(0, likenessSpan) + tail.slice(-likenessSpan);
 }
 
-/// Appends the ranges that turn the pieces `stretchA` (from `posA`) into `stretchB` (from
-/// `posB`), read as one stream: each textblock as its start token, its characters and inline
-/// nodes, and its end token; each other piece whole. For a group of split or joined blocks,
-/// where characters may match across block boundaries. Past the edit limit or the time, the
-/// stretch between the first and the last difference is one replacement.
+/// The ranges that turn the pieces `stretchA` (from `posA`) into `stretchB` (from `posB`),
+/// read as one stream: each textblock as its start token, its characters and inline nodes,
+/// and its end token; each other piece whole. For a group of split or joined blocks, where
+/// characters may match across block boundaries. Null past the time, past `maxStreamItems`
+/// positions, or past the edit limit: the caller compares otherwise.
 function compareStream(
   stretchA: Piece[],
   posA: number,
   stretchB: Piece[],
   posB: number,
   deadline: number,
-  ranges: number[],
-): void {
+): number[] | null {
+  // Checked before the streams are built: they take a key per character.
+  const items =
+    sizeOf(stretchA, 0, stretchA.length, pieceSize) +
+    sizeOf(stretchB, 0, stretchB.length, pieceSize);
+  const left = deadline - performance.now();
+  if (items > maxStreamItems || left <= 0) return null;
   const a = stream(stretchA);
   const b = stream(stretchB);
-  const left = deadline - performance.now();
-  const changes =
-    left > 0
-      ? diffArrays(a.keys, b.keys, { maxEditLength: maxCharEdits, timeout: left })
-      : undefined;
-  if (!changes) {
-    let head = 0;
-    const most = Math.min(a.keys.length, b.keys.length);
-    while (head < most && a.keys[head] === b.keys[head]) head++;
-    let tail = 0;
-    while (
-      tail < most - head &&
-      a.keys[a.keys.length - 1 - tail] === b.keys[b.keys.length - 1 - tail]
-    )
-      tail++;
-    const from = posA + sizeOf(a.sizes, 0, head, itself);
-    ranges.push(
-      from,
-      sizeOf(a.sizes, head, a.keys.length - tail - head, itself),
-      sizeOf(b.sizes, head, b.keys.length - tail - head, itself),
-    );
-    return;
-  }
+  const changes = diffArrays(a.keys, b.keys, { maxEditLength: maxCharEdits, timeout: left });
+  if (!changes) return null;
+  const ranges: number[] = [];
   let pos = posA;
   forEachRun(changes, (common, fromA, removed, fromB, added) => {
     const oldSize = sizeOf(a.sizes, fromA, removed, itself);
     if (!common) ranges.push(pos, oldSize, sizeOf(b.sizes, fromB, added, itself));
     pos += oldSize;
   });
+  return ranges;
 }
 
 /// A stretch of pieces as `compareStream` reads it: a key per item (equal for items that are

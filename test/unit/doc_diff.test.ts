@@ -401,6 +401,40 @@ describe('differenceMap', () => {
     assert.equal(deleted!.map(3), 3, 'inside "keep this"');
   });
 
+  it('keeps an edit in long paragraphs others rewrote in part, whose ends alone look alike', () => {
+    // Two paragraphs of 1,200 characters; others replaced 450 near the end of the first and
+    // near the start of the second. Read together, the two look like one text split elsewhere
+    // (likeness sees 256 characters at each end), and compared as one stream they are past the
+    // edit limit: they must then be compared in pairs, not taken as one replacement that drops
+    // an edit others never touched.
+    const words = ['the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog'];
+    const random = new Random(3);
+    const text = (length: number) => {
+      let out = '';
+      while (out.length < length) out += `${words[Math.floor(random.next() * words.length)]} `;
+      return out.slice(0, length);
+    };
+    const p = (t: string) => schema.node('paragraph', null, schema.text(t));
+    const base = schema.node('doc', null, [p(text(1200)), p(text(1200))]);
+    const second = base.firstChild!.nodeSize;
+    const others = EditorState.create({ doc: base }).tr;
+    others.replaceWith(second + 1 + 50, second + 1 + 500, schema.text('Q'.repeat(450)));
+    others.replaceWith(1 + 700, 1 + 1150, schema.text('Q'.repeat(450)));
+    const map = differenceMap(base, others.doc);
+    assertExplains(map, base, others.doc);
+    for (const at of [10, second + 1 + 10, second + 1 + 900]) {
+      const local = EditorState.create({ doc: base }).tr.insertText('@', at).steps;
+      const real = rebaseSteps(
+        local,
+        others.steps.map((step) => step.getMap()),
+        others.doc,
+      );
+      const viaDiff = rebaseSteps(local, map ? [map] : [], others.doc);
+      assert.equal(viaDiff.steps.length, 1, `typed at ${at}: kept`);
+      assert.ok(viaDiff.doc.eq(real.doc), `typed at ${at}`);
+    }
+  });
+
   it('moves a character typed offline where the real steps would, over random splits and joins of blocks', () => {
     // Others only press Enter and join blocks; the local edit types one character inside a
     // textblock's text. Rebased over the reconstructed map, it must land where a rebase over
