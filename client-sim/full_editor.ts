@@ -77,6 +77,11 @@ export class FullEditor {
   }
 
   /// Disconnects; edits still unconfirmed are counted as dropped.
+  /// False once closed (undrained at the end of a level): its client follows the server no more.
+  get open(): boolean {
+    return !this.closed;
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;

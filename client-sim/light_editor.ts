@@ -125,6 +125,16 @@ export class LightEditor {
   }
 
   /// Gives up whatever is still unconfirmed (counted as dropped) and disconnects.
+  /// The document this editor edits (its replica's).
+  get docId(): string {
+    return this.replica.docId;
+  }
+
+  /// False once closed: its socket no longer brings broadcasts to the replica.
+  get open(): boolean {
+    return !this.closed;
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
