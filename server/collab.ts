@@ -225,9 +225,11 @@ export function createCollab(options: CollabOptions = {}): Collab {
     evict(docId, code, message, retryAfterMs) {
       for (const nsp of namespaces) {
         nsp.to(roomOf(docId)).emit('closing', { code, message, retryAfterMs });
-        // Out of the namespace, not off their connections: a client may share one with an
-        // embedding host's own namespaces (see `sendAway`).
-        nsp.in(roomOf(docId)).disconnectSockets(false);
+        // Out of the namespace, not off their connections, which a client may share with an
+        // embedding host's own namespaces (see `sendAway`); except for `moved`: another node
+        // serves the document, and only a new connection is routed there (one kept would
+        // take the client back to this node, which would claim the document back).
+        nsp.in(roomOf(docId)).disconnectSockets(code === 'moved');
       }
     },
   };
@@ -372,11 +374,17 @@ export function createCollab(options: CollabOptions = {}): Collab {
     for (const nsp of namespaces) {
       for (const socket of nsp.sockets.values()) {
         if (!socket.data?.docId) continue;
-        sendAway(socket, {
-          code: 'shutting-down',
-          message: 'The server is restarting: reconnect in a moment',
-          retryAfterMs: 1000,
-        });
+        // The connection too: this process is going away, and a new connection may be routed
+        // to another node.
+        sendAway(
+          socket,
+          {
+            code: 'shutting-down',
+            message: 'The server is restarting: reconnect in a moment',
+            retryAfterMs: 1000,
+          },
+          true,
+        );
       }
     }
     for (const stop of stops) stop();

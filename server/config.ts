@@ -500,7 +500,8 @@ function checkVerifierKey(key: KeyObject): void {
 /// messages and logs. Up to the last `@`, not the first `/`: a password with an unencoded `/` or
 /// `#` is what makes a URL unreadable in the first place.
 export function redactUrl(url: string): string {
-  return url.replace(/\/\/.*@/, '//***@');
+  // [\s\S], not '.': a password may hold a newline, which the URL parser drops.
+  return url.replace(/\/\/[\s\S]*@/, '//***@');
 }
 
 /// Throws `ConfigError` unless node-redis can read `url` as one server: redis: or rediss:, a

@@ -5,7 +5,7 @@ import type { MetricsWindow } from '../../metrics/index.js';
 import { docIdPattern } from '../../schema/index.js';
 import { CodedError } from '../core/rooms.js';
 import { createTokenVerifier, type TokenVerifier } from '../protocol/auth.js';
-import { hostAllowed, hostIsLocal, originAllowed } from '../protocol/origins.js';
+import { hostServed, originAllowed } from '../protocol/origins.js';
 import type { Authenticate } from '../protocol/socket.js';
 import type { Config } from '../config.js';
 import { sendError } from './http.js';
@@ -85,22 +85,20 @@ export function originCheck(
   };
 }
 
-/// The read guard of `GET /docs/:id` in open mode: a browser's request (it sends `Origin` or
-/// `Sec-Fetch-Site`, which a page cannot remove) under a `Host` that is neither local nor one
-/// of `allowed`'s is refused `forbidden`. A page that DNS rebinding put on this server's
-/// address sees it as its own origin and could read every document otherwise. Other clients
-/// (curl, services) are not pages of another site and pass.
+/// The read guard of `GET /docs/:id` in open mode: a request under a `Host` that is neither
+/// local nor one of `allowed`'s is refused `forbidden`, whatever else it carries. A page that
+/// DNS rebinding put on this server's address sees it as its own origin, and its same-origin
+/// `fetch` over plain http sends neither `Origin` nor `Sec-Fetch-Site`: it could read every
+/// document otherwise. A client elsewhere that reaches an open server under another name (a
+/// service name in a container network) has that name listed in `ALLOWED_ORIGINS`.
 export function openReadGuard(allowed: readonly string[]): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     const host = req.headers.host;
-    const browser = req.headers.origin !== undefined || req.headers['sec-fetch-site'] !== undefined;
-    if (!browser || host === undefined || hostIsLocal(host) || hostAllowed(host, allowed)) {
-      return next();
-    }
+    if (host === undefined || hostServed(host, allowed)) return next();
     sendError(
       res,
       'forbidden',
-      `An open server answers browsers only under a local host name or one of ALLOWED_ORIGINS, not ${host}`,
+      `An open server answers only under a local host name or one of ALLOWED_ORIGINS, not ${host}`,
     );
   };
 }

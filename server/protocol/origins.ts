@@ -8,23 +8,33 @@ import { isIP } from 'node:net';
 /// The server's own origin, taken from the request's `Host` (the origin a page served by this
 /// server has), is admitted: a page elsewhere cannot send our `Host` with its own `Origin`.
 /// Except through DNS rebinding: a page on a name the attacker points at this server's address
-/// sends that name as both. With tokens that gains nothing (the page has none); in open mode
-/// (`openMode`) it would reach every document of a server the attacker's site could not reach
-/// otherwise (a developer's, on their own machine). There the own origin counts only on a
-/// `Host` no other site can have (`hostIsLocal`). `allowed` adds the configured list
-/// (`ALLOWED_ORIGINS`, exact `scheme://host[:port]` values): the host apps whose pages open
-/// sockets here, and the names an open server is served under.
+/// is, to the browser, on the server's own origin; it sends that name as `Host`, and over plain
+/// http its same-origin requests (a polling handshake) carry no `Origin` at all. With tokens
+/// that gains nothing (the page has none); in open mode (`openMode`) it would reach every
+/// document of a server the attacker's site could not reach otherwise (a developer's, on their
+/// own machine). There every request must come under a `Host` no other site can have
+/// (`hostIsLocal`) or one of `allowed`'s, with an `Origin` or without. `allowed` is the
+/// configured list (`ALLOWED_ORIGINS`, exact `scheme://host[:port]` values): the host apps
+/// whose pages open sockets here, and the names an open server is served under.
 export function originAllowed(
   origin: string | undefined,
   host: string | undefined,
   allowed: readonly string[],
   openMode = false,
 ): boolean {
+  // In open mode the host comes first, whatever the origin: a rebinding page's same-origin
+  // requests (a polling handshake, a fetch) carry no Origin at all over plain http.
+  if (openMode && host !== undefined && !hostServed(host, allowed)) return false;
   if (origin === undefined) return true;
   if (allowed.includes(origin)) return true;
   if (host === undefined) return false;
-  if (openMode && !hostIsLocal(host)) return false;
   return origin === `http://${host}` || origin === `https://${host}`;
+}
+
+/// Whether an open server answers requests under `host`: a local name, or the host of one of
+/// `allowed`.
+export function hostServed(host: string, allowed: readonly string[]): boolean {
+  return hostIsLocal(host) || hostAllowed(host, allowed);
 }
 
 /// Whether `host` (a `Host` header) names this server in a way no other site can: an IP

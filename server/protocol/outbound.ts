@@ -38,7 +38,11 @@ export function bufferedBytes(socket: ScriptoriumSocket): number {
   const engine = socket.conn as unknown as EngineSocket;
   let bytes = engine.transport?.socket?.bufferedAmount ?? 0;
   const queue = engine.writeBuffer;
-  if (!queue || queue.length === 0) return bytes;
+  if (!queue || queue.length === 0) {
+    // Not kept: the array counted last was flushed and may hold megabytes.
+    counted.delete(socket);
+    return bytes;
+  }
   let seen = counted.get(socket);
   if (!seen || seen.queue !== queue || seen.packets > queue.length) {
     seen = { queue, packets: 0, bytes: 0 };

@@ -444,29 +444,53 @@ describe('an open server (no tokens) and DNS rebinding', () => {
     await typeOnce(writer);
     writer.close();
     // A page on attacker.example, which the attacker's DNS now resolves to this server's
-    // address: its Origin and Host are both attacker.example.
+    // address: its Host is attacker.example, and over plain http its same-origin requests (a
+    // polling handshake, a fetch) carry neither Origin nor Sec-Fetch-Site.
     const rebound = `attacker.example:${server.port}`;
-    const page = await outcome(
-      connect(server, 'open-doc', { clientID: 'r1' }, `http://${rebound}`, rebound),
+    for (const [what, origin] of [
+      ['with its origin', `http://${rebound}`],
+      ['with no origin', undefined],
+    ] as const) {
+      const page = await outcome(connect(server, 'open-doc', { clientID: 'r1' }, origin, rebound));
+      assert.equal(page, 'websocket error', what);
+    }
+    const polling = await getWithHost(
+      server,
+      '/socket.io/?EIO=4&transport=polling&doc=open-doc',
+      rebound,
     );
-    assert.equal(page, 'websocket error');
-    const read = await getWithHost(server, '/docs/open-doc', rebound, {
-      'sec-fetch-site': 'same-origin',
-    });
+    assert.equal(polling.status, 403, polling.body);
+    const read = await getWithHost(server, '/docs/open-doc', rebound);
     assert.equal(read.status, 403);
     assert.equal((JSON.parse(read.body) as { code: string }).code, 'forbidden');
-    // Its own pages on a local name, and clients that are not browsers, are served.
+    // Under a local name, pages and other clients are served.
     const local = `localhost:${server.port}`;
     assert.equal(
       await outcome(connect(server, 'open-doc', { clientID: 'r2' }, `http://${local}`, local)),
       'connected',
     );
     assert.equal(
-      await outcome(connect(server, 'open-doc', { clientID: 'r3' }, undefined, rebound)),
+      await outcome(connect(server, 'open-doc', { clientID: 'r3' }, undefined, local)),
       'connected',
     );
-    const tool = await getWithHost(server, '/docs/open-doc', rebound);
+    const tool = await getWithHost(server, '/docs/open-doc', `127.0.0.1:${server.port}`);
     assert.equal(tool.status, 200, tool.body);
+  });
+
+  it('serves a name of its own listed in ALLOWED_ORIGINS', async () => {
+    const named = await startServer({
+      ...noAdmissionLimits,
+      allowedOrigins: ['http://collab.internal:4000'],
+    });
+    try {
+      const host = 'collab.internal:4000';
+      const writer = await connect(named, 'named-doc', { clientID: 'w' }, undefined, host);
+      writer.close();
+      const read = await getWithHost(named, '/docs/named-doc', host);
+      assert.notEqual(read.status, 403, read.body);
+    } finally {
+      await named.close();
+    }
   });
 });
 

@@ -26,10 +26,13 @@ describe('origins', () => {
     assert.ok(!originAllowed('http://localhost:3001', 'api.example.com', allowed));
   });
 
-  it('in open mode, takes its own origin only under a host no other site can have (DNS rebinding)', () => {
-    // A page on a name the attacker points at this server sends that name as Origin and Host.
+  it('in open mode, answers only under a host no other site can have (DNS rebinding)', () => {
+    // A page on a name the attacker points at this server sends that name as Host, and as
+    // Origin or (same-origin over plain http) no Origin at all.
     assert.ok(!originAllowed('http://attacker.example:4000', 'attacker.example:4000', [], true));
+    assert.ok(!originAllowed(undefined, 'attacker.example:4000', [], true));
     assert.ok(originAllowed('http://attacker.example:4000', 'attacker.example:4000', [], false));
+    assert.ok(originAllowed(undefined, 'attacker.example:4000', [], false));
     for (const host of ['127.0.0.1:4000', 'localhost:4000', 'app.localhost', '[::1]:4000']) {
       assert.ok(hostIsLocal(host), host);
       assert.ok(originAllowed(`http://${host}`, host, [], true), host);
