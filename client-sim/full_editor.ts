@@ -76,12 +76,12 @@ export class FullEditor {
     return this.pending.size === 0 && this.client.status === 'synced';
   }
 
-  /// Disconnects; edits still unconfirmed are counted as dropped.
   /// False once closed (undrained at the end of a level): its client follows the server no more.
   get open(): boolean {
     return !this.closed;
   }
 
+  /// Disconnects; edits still unconfirmed are counted as dropped.
   close(): void {
     if (this.closed) return;
     this.closed = true;

@@ -124,7 +124,6 @@ export class LightEditor {
     return this.moments.length === 0 && this.inFlight === null;
   }
 
-  /// Gives up whatever is still unconfirmed (counted as dropped) and disconnects.
   /// The document this editor edits (its replica's).
   get docId(): string {
     return this.replica.docId;
@@ -135,6 +134,7 @@ export class LightEditor {
     return !this.closed;
   }
 
+  /// Gives up whatever is still unconfirmed (counted as dropped) and disconnects.
   close(): void {
     if (this.closed) return;
     this.closed = true;
