@@ -199,7 +199,6 @@ function compareStretch(
           stretchA.slice(firstA, lastA + 1),
           old.pos,
           stretchB.slice(firstB, lastB + 1),
-          added.pos,
           deadline,
         )
       : null;
@@ -388,8 +387,8 @@ function joinedText(blocks: Piece[], from: number, to: number): string {
   return head.slice(0, likenessSpan) + tail.slice(-likenessSpan);
 }
 
-/// The ranges that turn the pieces `stretchA` (from `posA`) into `stretchB` (from `posB`),
-/// read as one stream: each textblock as its start token, its characters and inline nodes,
+/// The ranges that turn the pieces `stretchA` (from `posA`) into `stretchB`, read as one
+/// stream: each textblock as its start token, its characters and inline nodes,
 /// and its end token; each other piece whole. For a group of split or joined blocks, where
 /// characters may match across block boundaries. Null past the time, past `maxStreamItems`
 /// positions, or past the edit limit: the caller compares otherwise.
@@ -397,7 +396,6 @@ function compareStream(
   stretchA: Piece[],
   posA: number,
   stretchB: Piece[],
-  posB: number,
   deadline: number,
 ): number[] | null {
   // Checked before the streams are built: they take a key per character.

@@ -63,6 +63,18 @@ function sliceOfTwo(
   return { slice, reply };
 }
 
+/// Connects `slice`'s editors and lets them edit for `ms`.
+async function editFor(
+  slice: SwarmSlice,
+  reply: ReturnType<typeof sliceOfTwo>['reply'],
+  ms: number,
+): Promise<void> {
+  slice.handle({ type: 'connect', timeoutMs: 10_000 });
+  assert.deepEqual((await reply('connected')).failures, []);
+  slice.handle({ type: 'start', atMs: Date.now() });
+  await new Promise((resolve) => setTimeout(resolve, ms));
+}
+
 describe('client-sim: a short swarm against a real server', () => {
   let server: TestServer;
   before(async () => {
@@ -174,10 +186,7 @@ describe('client-sim: a short swarm against a real server', () => {
     const docId = 'sim-replica-check';
     const { slice, reply } = sliceOfTwo(server.url, docId, 10);
     try {
-      slice.handle({ type: 'connect', timeoutMs: 10_000 });
-      assert.deepEqual((await reply('connected')).failures, []);
-      slice.handle({ type: 'start', atMs: Date.now() });
-      await new Promise((resolve) => setTimeout(resolve, 600));
+      await editFor(slice, reply, 600);
       slice.handle({ type: 'stop', drainTimeoutMs: 5000 });
       assert.ok((await reply('stopped')).totals.confirmed > 0, 'edits were made');
       const served = await fetchDocument(server.url, docId);
@@ -210,10 +219,7 @@ describe('client-sim: a short swarm against a real server', () => {
     const docId = 'sim-undrained';
     const { slice, reply } = sliceOfTwo(server.url, docId, 30);
     try {
-      slice.handle({ type: 'connect', timeoutMs: 10_000 });
-      assert.deepEqual((await reply('connected')).failures, []);
-      slice.handle({ type: 'start', atMs: Date.now() });
-      await new Promise((resolve) => setTimeout(resolve, 600));
+      await editFor(slice, reply, 600);
       // Private state, read to stop at the moment the test is about: both editors waiting.
       const light = (slice as unknown as { light: { inFlight: unknown }[] }).light;
       await waitFor(() => light.every((editor) => editor.inFlight), 'both editors to wait');
