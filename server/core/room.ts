@@ -655,16 +655,23 @@ export class Room {
       lost(err);
       return;
     }
-    let reset: ReturnType<NonNullable<Store['reset']>>;
-    try {
-      reset = this.store.reset(this.docId, snapshot, stored, fenced ? this.lease?.token : null);
-    } catch (err) {
-      reset = Promise.reject(err);
-    }
-    reset.then(
-      (outcome) => (outcome.ok ? done(true) : lost(`the store answered ${outcome.reason}`)),
-      lost,
-    );
+    const reset = (lease: string | null | undefined): void => {
+      let outcome: ReturnType<NonNullable<Store['reset']>>;
+      try {
+        outcome = this.store.reset!(this.docId, snapshot, stored, lease);
+      } catch (err) {
+        outcome = Promise.reject(err);
+      }
+      outcome.then((outcome) => {
+        if (outcome.ok) done(true);
+        // The lease lapsed while the room, closed, waited for the store (renewals skip closed
+        // rooms, and a store that cannot be read renews nothing anyway): the copy is stored as
+        // when the lease went back with the steps, only while nobody holds the document.
+        else if (outcome.reason === 'lost' && typeof lease === 'string') reset(null);
+        else lost(`the store answered ${outcome.reason}`);
+      }, lost);
+    };
+    reset(fenced ? this.lease?.token : null);
   }
 
   /// The store refused an append because the lease is gone (expired while this process was

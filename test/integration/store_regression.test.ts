@@ -503,6 +503,48 @@ describe('a Redis that goes back to an older state, with leases', () => {
     );
   });
 
+  it('repairs it when the lease lapsed while the snapshot conflict waited for a readable store', async () => {
+    // The room stops renewing once a snapshot finds the store behind (it is closed while it asks
+    // where the store stands). A store that cannot be read for longer than the lease lets the
+    // lease lapse; the repair then goes ahead only while nobody else holds the document.
+    await afterRegression(
+      1500,
+      async () => undefined,
+      async ({ room, epoch, store, evicted }) => {
+        const client = redis();
+        await client.connect();
+        try {
+          const keys = docKeys(keyPrefix, room.docId);
+          const journal = await client
+            .withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer })
+            .dump(keys.journal);
+          // A journal of the wrong type: the snapshot still finds the conflict (it stops at the
+          // meta hash), but every load fails until the journal is put back.
+          await client.del(keys.journal);
+          await client.set(keys.journal, 'not a list');
+          assert.equal(await room.snapshot(), false);
+          await waitFor(() => evicted.length > 0, 'the editors sent away', 5000);
+          assert.deepEqual(evicted, ['unavailable']);
+          const lapsedBy = Date.now() + 5000;
+          while ((await client.exists(keys.lease)) === 1) {
+            assert.ok(Date.now() < lapsedBy, 'the lease lapses');
+            await delay(50);
+          }
+          await client.del(keys.journal);
+          if (journal !== null) await client.restore(keys.journal, 0, journal);
+          await waitFor(() => evicted.length > 1, 'the repair', 15_000);
+          assert.deepEqual(evicted, ['unavailable', 'stale']);
+          const stored = await store.load(room.docId);
+          assert.notEqual(stored?.epoch, epoch);
+          assert.equal(stored?.version, 2);
+          assert.equal(schema.nodeFromJSON(stored!.snapshot!.doc).textContent, 'ba');
+        } finally {
+          await client.close();
+        }
+      },
+    );
+  });
+
   it('keeps its copy through an outage longer than the lease, and repairs a Redis that came back empty', async () => {
     const redisProcess = new RedisProcess();
     await redisProcess.start();
