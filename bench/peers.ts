@@ -14,7 +14,8 @@ import { runYjsSwarm } from './peers/yjs_swarm.js';
 // `npm run bench:peers`: Scriptorium and Hocuspocus side by side under the same load, one
 // document, editors typing at 5 edits/s each, on loopback. Each server runs in its own child
 // process with `client-sim/cpu_probe.ts` preloaded, so the CPU figure is what the server
-// process reads of itself, the same way for both; the simulated editors run in this process.
+// process reads of itself, the same way for both; the simulated editors run in this process,
+// on as many worker threads for both (`workersFor`: none up to 50 editors, two at 60).
 // Runs alternate (round 1: Scriptorium then Hocuspocus, round 2 the other way round, ...) so
 // that drift on the shared machine falls on both; the table gives medians over the rounds and
 // the median of the per-round ratios.
@@ -25,7 +26,9 @@ import { runYjsSwarm } from './peers/yjs_swarm.js';
 //   its author (after the authority, the journal and the fan-out).
 // - Hocuspocus (`@hocuspocus/server`, its defaults, no extension): one Y.Doc and one
 //   HocuspocusProvider per editor (`bench/peers/yjs_swarm.ts`), latency from an edit to its
-//   arrival at another editor (the broadcast landing, as with Scriptorium's figure).
+//   arrival at another editor of its thread (the broadcast landing, as with Scriptorium's
+//   figure). Both count an edit's latency from when it was due, not when a busy thread got to
+//   make it.
 // CPU per edit is the server's CPU over the steady span divided by the edits it confirmed
 // (Scriptorium) or acknowledged (Hocuspocus) in that span.
 

@@ -1,12 +1,19 @@
 import { createHistogram } from 'node:perf_hooks';
-import { HocuspocusProvider, HocuspocusProviderWebsocket } from '@hocuspocus/provider';
-import WebSocket from 'ws';
-import * as Y from 'yjs';
-import { Pace } from '../../client-sim/pace.js';
+import { Worker } from 'node:worker_threads';
+import { workersFor } from '../../client-sim/options.js';
 import { Random } from '../../client-sim/random.js';
+import {
+  callSlice,
+  YjsSlice,
+  type SliceCall,
+  type YjsSliceOptions,
+  type YjsSliceReport,
+} from './yjs_slice.js';
 
 /// How the Yjs swarm of `npm run bench:peers` runs: the same shape of load as the simulator's
-/// against Scriptorium (one document, each editor typing at its own pace around `ratePerSec`).
+/// against Scriptorium (one document, each editor typing at its own pace around `ratePerSec`),
+/// on as many worker threads as the simulator takes for as many editors (`workersFor`: none up
+/// to 50, two at 60).
 export interface YjsSwarmOptions {
   /// The Hocuspocus server's websocket URL, `ws://127.0.0.1:PORT`.
   url: string;
@@ -25,154 +32,67 @@ export interface YjsSwarmResult {
   /// The steady span, wall clock (ms since the epoch), for reading the server's CPU over it.
   steadyFromMs: number;
   steadyToMs: number;
+  /// Worker threads the editors ran on (0: this thread).
+  workers: number;
   editsMade: number;
   /// Edits the server acknowledged (its SyncStatus message) within the span.
   acknowledged: number;
-  /// Edit to its arrival at another editor (one editor watches every other's edits), over
-  /// the span: the same moment as Scriptorium's edit-to-confirm, when the broadcast lands.
+  /// Edit (from when it was due) to its arrival at another editor of its slice, over the span:
+  /// the same moment as Scriptorium's edit-to-confirm, when the broadcast lands.
   p50Ms: number | null;
   p99Ms: number | null;
-  /// Edit to the server's acknowledgement (its SyncStatus message) to the author.
+  /// Edit (from when it was due) to the server's acknowledgement (its SyncStatus message).
   ackP50Ms: number | null;
   ackP99Ms: number | null;
   /// Every editor's document reads the same once all acknowledgements are in.
   converged: boolean;
 }
 
-// The structure y-prosemirror and Tiptap keep a ProseMirror document in: a fragment named
-// 'default' of elements named after node types, text in XmlText with marks as attributes.
-const fragmentName = 'default';
-const words = ['the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', 'lorem', 'ipsum'];
-
-/// One simulated person on Hocuspocus: their own Y.Doc and provider (one websocket), as a
-/// Tiptap page has. Each edit is one Yjs transaction, which the provider sends at once (its
-/// default, no client-side batching); it is acknowledged by the server's SyncStatus message,
-/// which Hocuspocus sends per update once the update is applied.
-interface SwarmCounter {
-  /// An edit was made; its first item will have the id `key` (`client:clock`).
-  edit(key: string, atMs: number): void;
-  acknowledged(latencyMs: number): void;
+/// The coordinator's end of a slice: `call` runs a `YjsSlice` method here or in its worker.
+interface SliceEnd {
+  call(method: SliceCall['method'], arg?: unknown): Promise<unknown>;
+  end(): Promise<void>;
 }
 
-class YjsEditor {
-  readonly doc = new Y.Doc();
-  readonly provider: HocuspocusProvider;
-  private readonly socket: HocuspocusProviderWebsocket;
-  private readonly pace: Pace;
-  private readonly moments: number[] = [];
-  private unsynced = 0;
-
-  constructor(
-    options: YjsSwarmOptions,
-    private readonly random: Random,
-    private readonly counter: SwarmCounter,
-  ) {
-    this.pace = new Pace(options.ratePerSec, random);
-    this.socket = new HocuspocusProviderWebsocket({
-      url: options.url,
-      WebSocketPolyfill: WebSocket,
-    });
-    this.provider = new HocuspocusProvider({
-      websocketProvider: this.socket,
-      name: options.docName,
-      document: this.doc,
-      onUnsyncedChanges: ({ number }) => this.onUnsynced(number),
-    });
-    this.provider.attach();
-  }
-
-  synced(): Promise<void> {
-    if (this.provider.isSynced) return Promise.resolve();
-    return new Promise((resolve) => {
-      const onSynced = () => {
-        this.provider.off('synced', onSynced);
-        resolve();
-      };
-      this.provider.on('synced', onSynced);
-    });
-  }
-
-  start(): void {
-    this.pace.start(0, () => this.edit());
-  }
-
-  stop(): void {
-    this.pace.stop();
-  }
-
-  get pending(): number {
-    return this.moments.length;
-  }
-
-  close(): void {
-    this.pace.stop();
-    this.provider.destroy();
-    this.socket.destroy();
-  }
-
-  /// The provider counts updates sent and not yet acknowledged; each decrease is one
-  /// acknowledgement, in the order the updates were sent.
-  private onUnsynced(count: number): void {
-    for (let n = this.unsynced - count; n > 0; n--) {
-      const moment = this.moments.shift();
-      if (moment !== undefined) this.counter.acknowledged(performance.now() - moment);
-    }
-    this.unsynced = count;
-  }
-
-  /// Seeds the document with `paragraphs` paragraphs of a sentence each.
-  seed(paragraphs: number): void {
-    const fragment = this.doc.getXmlFragment(fragmentName);
-    this.doc.transact(() => {
-      for (let i = 0; i < paragraphs; i++) {
-        fragment.insert(fragment.length, [paragraph(sentence(this.random))]);
-      }
-    });
-  }
-
-  private edit(): void {
-    const fragment = this.doc.getXmlFragment(fragmentName);
-    const random = this.random;
-    const now = performance.now();
-    this.moments.push(now);
-    this.counter.edit(`${this.doc.clientID}:${Y.getState(this.doc.store, this.doc.clientID)}`, now);
-    this.doc.transact(() => {
-      if (fragment.length === 0) {
-        fragment.insert(0, [paragraph(sentence(random))]);
-        return;
-      }
-      const index = random.int(0, fragment.length - 1);
-      const text = (fragment.get(index) as Y.XmlElement).get(0) as Y.XmlText;
-      const roll = random.next();
-      // The simulator's mix against Scriptorium, in the kinds a Yjs text has: mostly typing,
-      // then deleting, new paragraphs and marks.
-      if (roll < 0.65 || text.length < 6) {
-        text.insert(random.int(0, text.length), `${random.pick(words)} `);
-      } else if (roll < 0.8) {
-        const at = random.int(0, text.length - 5);
-        text.delete(at, random.int(1, 5));
-      } else if (roll < 0.9) {
-        fragment.insert(index + 1, [paragraph(`${random.pick(words)} `)]);
-      } else {
-        const at = random.int(0, text.length - 5);
-        text.format(at, random.int(1, 5), { bold: {} });
-      }
-    });
-  }
+function localSlice(options: YjsSliceOptions): SliceEnd {
+  const slice = new YjsSlice(options);
+  return {
+    call: async (method, arg) => callSlice(slice, method, arg),
+    end: async () => {},
+  };
 }
 
-function paragraph(content: string): Y.XmlElement {
-  const element = new Y.XmlElement('paragraph');
-  const text = new Y.XmlText();
-  text.insert(0, content);
-  element.insert(0, [text]);
-  return element;
-}
-
-function sentence(random: Random): string {
-  const list: string[] = [];
-  for (let i = 0; i < 8; i++) list.push(random.pick(words));
-  return `${list.join(' ')}. `;
+function workerSlice(options: YjsSliceOptions): SliceEnd {
+  const worker = new Worker(new URL('./yjs_worker.js', import.meta.url), { workerData: options });
+  const waiting = new Map<
+    number,
+    { resolve: (value: unknown) => void; reject: (err: Error) => void }
+  >();
+  let next = 0;
+  const failAll = (err: Error) => {
+    for (const { reject } of waiting.values()) reject(err);
+    waiting.clear();
+  };
+  worker.on('message', (message: { id: number; value?: unknown; error?: string }) => {
+    const waiter = waiting.get(message.id);
+    if (!waiter) return;
+    waiting.delete(message.id);
+    if (message.error !== undefined) waiter.reject(new Error(message.error));
+    else waiter.resolve(message.value);
+  });
+  worker.on('error', failAll);
+  worker.on('exit', (code) => failAll(new Error(`a Yjs swarm worker exited with code ${code}`)));
+  return {
+    call: (method, arg) =>
+      new Promise((resolve, reject) => {
+        const id = next++;
+        waiting.set(id, { resolve, reject });
+        worker.postMessage({ id, method, arg } satisfies SliceCall);
+      }),
+    end: async () => {
+      await worker.terminate();
+    },
+  };
 }
 
 /// Connects `editors` Yjs editors to one Hocuspocus document, seeds it, lets every editor type
@@ -180,84 +100,58 @@ function sentence(random: Random): string {
 /// editors' documents. Throws when the editors cannot connect and sync within 30 s.
 export async function runYjsSwarm(options: YjsSwarmOptions): Promise<YjsSwarmResult> {
   const seedRandom = new Random(options.seed);
-  const latencyUs = createHistogram();
-  const ackUs = createHistogram();
-  let acknowledged = 0;
-  let editsMade = 0;
-  let counting = false;
-  const editors: YjsEditor[] = [];
-  // Edits by their first item's id, until the watching editor has seen them arrive.
-  const made = new Map<string, number>();
-  const counter: SwarmCounter = {
-    edit(key, atMs) {
-      if (!counting) return;
-      editsMade++;
-      made.set(key, atMs);
-    },
-    acknowledged(latencyMs) {
-      if (!counting) return;
-      acknowledged++;
-      ackUs.record(Math.max(1, Math.round(latencyMs * 1000)));
-    },
-  };
-  // The first editor watches the others' edits arrive: the items of each update it receives
-  // (Hocuspocus merges the updates of a turn, and Yjs merges adjacent items of one author, so
-  // every clock an item covers is looked up).
-  const watch = (update: Uint8Array) => {
-    const now = performance.now();
-    for (const struct of Y.decodeUpdate(update).structs) {
-      for (let clock = struct.id.clock; clock < struct.id.clock + struct.length; clock++) {
-        const key = `${struct.id.client}:${clock}`;
-        const atMs = made.get(key);
-        if (atMs === undefined) continue;
-        made.delete(key);
-        latencyUs.record(Math.max(1, Math.round((now - atMs) * 1000)));
-      }
-    }
-  };
+  const seeds = Array.from({ length: options.editors }, () => seedRandom.int(1, 2 ** 31));
+  const workers = workersFor(options.editors, 'auto');
+  const shares = Math.max(1, workers);
+  const slices: SliceEnd[] = [];
+  for (let i = 0; i < shares; i++) {
+    const sliceOptions: YjsSliceOptions = {
+      url: options.url,
+      docName: options.docName,
+      ratePerSec: options.ratePerSec,
+      seeds: seeds.filter((_, editor) => editor % shares === i),
+    };
+    slices.push(workers === 0 ? localSlice(sliceOptions) : workerSlice(sliceOptions));
+  }
+  const all = (method: SliceCall['method'], arg?: unknown) =>
+    Promise.all(slices.map((slice) => slice.call(method, arg)));
   try {
-    for (let i = 0; i < options.editors; i++) {
-      editors.push(new YjsEditor(options, new Random(seedRandom.int(1, 2 ** 31)), counter));
-    }
-    await withTimeout(
-      Promise.all(editors.map((editor) => editor.synced())),
-      30_000,
-      'editors synced',
-    );
-    editors[0]!.seed(20);
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-
-    const watcher = editors[0]!;
-    watcher.doc.on('update', (update: Uint8Array, origin: unknown) => {
-      if (origin === watcher.provider) watch(update);
-    });
-    for (const editor of editors) editor.start();
+    await withTimeout(all('synced'), 30_000, 'editors synced');
+    await slices[0]!.call('seed', 20);
+    await sleep(1000);
+    await all('start');
     await sleep(options.warmupSec * 1000);
+    await all('count', true);
     const steadyFromMs = Date.now();
-    counting = true;
     await sleep((options.durationSec - options.warmupSec) * 1000);
-    counting = false;
+    await all('count', false);
     const steadyToMs = Date.now();
-    for (const editor of editors) editor.stop();
+    await all('stop');
+    await all('drain', 15_000);
+    const reports = (await all('report')) as YjsSliceReport[];
 
-    const deadline = Date.now() + 15_000;
-    while (editors.some((editor) => editor.pending > 0) && Date.now() < deadline) await sleep(100);
-    await sleep(500);
-    const texts = editors.map((editor) => editor.doc.getXmlFragment(fragmentName).toString());
-    const converged = texts.every((text) => text === texts[0]);
+    const latencyUs = createHistogram();
+    const ackUs = createHistogram();
+    for (const report of reports) {
+      for (const us of report.latencyUs) latencyUs.record(us);
+      for (const us of report.ackUs) ackUs.record(us);
+    }
+    const texts = reports.flatMap((report) => report.texts);
     return {
       steadyFromMs,
       steadyToMs,
-      editsMade,
-      acknowledged,
+      workers,
+      editsMade: reports.reduce((sum, report) => sum + report.editsMade, 0),
+      acknowledged: reports.reduce((sum, report) => sum + report.acknowledged, 0),
       p50Ms: latencyUs.count === 0 ? null : latencyUs.percentile(50) / 1000,
       p99Ms: latencyUs.count === 0 ? null : latencyUs.percentile(99) / 1000,
       ackP50Ms: ackUs.count === 0 ? null : ackUs.percentile(50) / 1000,
       ackP99Ms: ackUs.count === 0 ? null : ackUs.percentile(99) / 1000,
-      converged,
+      converged: texts.every((text) => text === texts[0]),
     };
   } finally {
-    for (const editor of editors) editor.close();
+    await Promise.allSettled(slices.map((slice) => slice.call('close')));
+    await Promise.allSettled(slices.map((slice) => slice.end()));
   }
 }
 
