@@ -31,6 +31,8 @@ export interface YjsSliceReport {
 // The structure y-prosemirror and Tiptap keep a ProseMirror document in: a fragment named
 // 'default' of elements named after node types, text in XmlText with marks as attributes.
 const fragmentName = 'default';
+/// Deletions are keyed by a deleted item's id, apart from the items edits make.
+const deletionKey = 'd:';
 const words = ['the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', 'lorem', 'ipsum'];
 
 /// One simulated person on Hocuspocus: their own Y.Doc and provider (one websocket), as a
@@ -38,8 +40,9 @@ const words = ['the', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', '
 /// default, no client-side batching); it is acknowledged by the server's SyncStatus message,
 /// which Hocuspocus sends per update once the update is applied.
 interface SwarmCounter {
-  /// An edit was made; its first item will have the id `key` (`client:clock`).
-  edit(key: string, atMs: number): void;
+  /// An edit was made, due at `atMs`: `key` is the id (`client:clock`) of its first item, or
+  /// of the first item it deleted (prefixed `deletionKey`); null when it changed nothing.
+  edit(key: string | null, atMs: number): void;
   acknowledged(latencyMs: number): void;
 }
 
@@ -125,10 +128,15 @@ class YjsEditor {
     const fragment = this.doc.getXmlFragment(fragmentName);
     const random = this.random;
     this.moments.push(dueMs);
-    this.counter.edit(
-      `${this.doc.clientID}:${Y.getState(this.doc.store, this.doc.clientID)}`,
-      dueMs,
-    );
+    const clock = Y.getState(this.doc.store, this.doc.clientID);
+    let deleted: string | null = null;
+    const onTransaction = (transaction: Y.Transaction) => {
+      for (const [client, items] of transaction.deleteSet.clients) {
+        if (items[0]) deleted = `${deletionKey}${client}:${items[0].clock}`;
+        return;
+      }
+    };
+    this.doc.on('afterTransaction', onTransaction);
     this.doc.transact(() => {
       if (fragment.length === 0) {
         fragment.insert(0, [paragraph(sentence(random))]);
@@ -151,6 +159,11 @@ class YjsEditor {
         text.format(at, random.int(1, 5), { bold: {} });
       }
     });
+    this.doc.off('afterTransaction', onTransaction);
+    // An edit that made items is known by its first item's id (the author's clock before it);
+    // a deletion, which makes none, by the first item it deleted.
+    const made = Y.getState(this.doc.store, this.doc.clientID) > clock;
+    this.counter.edit(made ? `${this.doc.clientID}:${clock}` : deleted, dueMs);
   }
 }
 
@@ -169,13 +182,14 @@ function sentence(random: Random): string {
 }
 
 /// Some of the swarm's editors, driven by the coordinator's calls. The slice's first editor
-/// watches the edits of the others in the slice arrive: the items of each update it receives
-/// (Hocuspocus merges the updates of a turn, and Yjs merges adjacent items of one author, so
-/// every clock an item covers is looked up). Both ends of a measured edit are then on one
+/// watches the edits of the others in the slice arrive: the items each update it receives
+/// makes or deletes (Hocuspocus merges the updates of a turn, and Yjs merges adjacent items of
+/// one author, so every clock an item or a deleted range covers is looked up). Both ends of a measured edit are then on one
 /// thread's `performance.now()` clock, as an edit and its confirmation are in the simulator.
 export class YjsSlice {
   private readonly editors: YjsEditor[] = [];
-  /// Edits by their first item's id, until the watching editor has seen them arrive.
+  /// Edits by their key (see `SwarmCounter.edit`), until the watching editor has seen them
+  /// arrive.
   private readonly made = new Map<string, number>();
   private readonly latencyUs: number[] = [];
   private readonly ackUs: number[] = [];
@@ -188,7 +202,7 @@ export class YjsSlice {
       edit: (key, atMs) => {
         if (!this.counting) return;
         this.editsMade++;
-        this.made.set(key, atMs);
+        if (key !== null) this.made.set(key, atMs);
       },
       acknowledged: (latencyMs) => {
         if (!this.counting) return;
@@ -252,13 +266,23 @@ export class YjsSlice {
 
   private watch(update: Uint8Array): void {
     const now = performance.now();
-    for (const struct of Y.decodeUpdate(update).structs) {
+    const arrived = (key: string) => {
+      const atMs = this.made.get(key);
+      if (atMs === undefined) return;
+      this.made.delete(key);
+      this.latencyUs.push(Math.max(1, Math.round((now - atMs) * 1000)));
+    };
+    const { structs, ds } = Y.decodeUpdate(update);
+    for (const struct of structs) {
       for (let clock = struct.id.clock; clock < struct.id.clock + struct.length; clock++) {
-        const key = `${struct.id.client}:${clock}`;
-        const atMs = this.made.get(key);
-        if (atMs === undefined) continue;
-        this.made.delete(key);
-        this.latencyUs.push(Math.max(1, Math.round((now - atMs) * 1000)));
+        arrived(`${struct.id.client}:${clock}`);
+      }
+    }
+    for (const [client, items] of ds.clients) {
+      for (const item of items) {
+        for (let clock = item.clock; clock < item.clock + item.len; clock++) {
+          arrived(`${deletionKey}${client}:${clock}`);
+        }
       }
     }
   }
