@@ -1,7 +1,7 @@
 import { collab, getVersion, receiveTransaction, sendableSteps } from 'prosemirror-collab';
 import { Node, type Schema } from 'prosemirror-model';
 import { EditorState, TextSelection, type Plugin, type Transaction } from 'prosemirror-state';
-import { Step, type StepMap } from 'prosemirror-transform';
+import { Mapping, Step, type StepMap } from 'prosemirror-transform';
 import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
 import {
   errorBody,
@@ -69,8 +69,10 @@ export interface CollabClientOptions {
   /// step instead of being drawn over by the remote state. `bindView` does this.
   beforeRemote?: () => void;
   onStatus?: (status: CollabStatus, error: ErrorBody | null) => void;
-  /// Called when the document was replaced by the server's copy (another epoch, history gone,
-  /// or local steps the server refused): `dropped` local steps could not be kept.
+  /// Called when the document was replaced by the server's copy (another epoch, history gone),
+  /// or when local steps the server refused for good were dropped (`reason` is then 'the
+  /// server refused local steps', and `error` holds the refusal): `dropped` local steps could
+  /// not be kept.
   onReload?: (info: { dropped: number; reason: string }) => void;
   /// Called once per batch of this client the server made durable: when its broadcast (or a
   /// join's catch-up) brings it back, or its acknowledgement does, or a join answered with the
@@ -133,11 +135,22 @@ export class CollabClient {
   /// How many steps the batch in flight had when its connection dropped (0: none was): its
   /// fate is unknown until the next join says whether the server has it.
   private lostCount = 0;
-  /// The most steps one batch may carry. A batch refused as `too-large` (over the server's
-  /// time budget, say, after a pause of its own) is sent again in halves, down to one step; a
-  /// step refused on its own is one the server will never take. Doubles back after each
-  /// accepted batch.
+  /// The most steps one batch may carry: 1 while `suspect` steps are sent again one at a time,
+  /// half a large batch refused `too-large` (over the server's time budget, say, after a pause
+  /// of its own), and after a dropped connection. Doubles back after each accepted batch once
+  /// no step is suspect.
   private batchLimit = Infinity;
+  /// How many of the first unconfirmed steps were in a batch the server refused for good
+  /// (`invalid-step`, `too-large`, `too-deep`). The server refuses a batch whole
+  /// without saying which step it will not take, and each such refusal is a strike against the
+  /// connection (`too-many-errors` after 20): rather than bisect, with a refusal per half, the
+  /// client sends these steps again one at a time, so that each refusal names exactly one step,
+  /// which alone is dropped (`dropRefused`), and the valid ones land.
+  private suspect = 0;
+  /// The maps of the remote steps applied while a batch of one step was in flight (null: the
+  /// state was replaced meanwhile): how our first unconfirmed step was rebased since it was
+  /// sent, to find it again if the server refuses it (`refusedForGood`).
+  private sinceSent: StepMap[] | null = [];
   /// What the server's last join answer said one message may hold.
   private limits: BatchLimits | null = null;
   /// The document at the confirmed version (what the server holds at `version`), kept so that
@@ -434,6 +447,7 @@ export class CollabClient {
     }
     this.state = state;
     this.confirmedDoc = doc;
+    this.sinceSent = null;
     this.stateReplaced(state, replaced);
     if (previous) {
       const reason = dropLocal
@@ -512,6 +526,8 @@ export class CollabClient {
         state = this.state!;
         confirmed = this.confirmedDoc!;
       } else {
+        if (!own && this.inFlight && this.sentCount === 1 && this.sinceSent)
+          for (let i = 0; i < run.length; i++) this.sinceSent.push(run[i]!.getMap());
         const tr = receiveTransaction(state, run, clientIDs.slice(start, end), {
           mapSelectionBackward: true,
         });
@@ -607,24 +623,27 @@ export class CollabClient {
     }
     const sendable = sendableSteps(this.state);
     if (!sendable) {
+      // Steps counted as suspect may have gone meanwhile (dropped by a rebase or a reload).
+      this.suspect = 0;
       this.refreshStatus();
       return;
     }
+    if (this.suspect > sendable.steps.length) this.suspect = sendable.steps.length;
     const steps = this.nextBatch(sendable.steps);
     if (steps === null) {
       // One step bigger than the server takes in a message: sending it could only close the
-      // connection (over twice the limit) or be refused; neither would ever change.
-      this.handleRefusal(
-        errorBody('too-large', 'A local step is larger than the server takes'),
-        () => {},
-        true,
-      );
+      // connection (over twice the limit) or be refused; neither would ever change. It alone
+      // is dropped, here, and the steps after it go on.
+      if (this.suspect > 0) this.suspect--;
+      this.dropRefused(errorBody('too-large', 'A local step is larger than the server takes'));
+      this.trySend();
       return;
     }
     this.inFlight = true;
     const generation = this.generation;
     this.inFlightSteps = steps;
     this.sentCount = steps.length;
+    this.sinceSent = [];
     this.socket.emit('steps', { version: sendable.version, steps }, (answer) =>
       this.onStepsAnswer(answer, generation),
     );
@@ -636,7 +655,12 @@ export class CollabClient {
   /// server's message size.
   private nextBatch(unconfirmed: readonly Step[]): StepJSON[] | null {
     const limits = this.limits;
-    const maxSteps = Math.min(this.batchLimit, limits?.maxStepsPerBatch ?? Infinity);
+    // Suspect steps go on their own, never with steps after them the server has not refused.
+    const maxSteps = Math.min(
+      this.batchLimit,
+      limits?.maxStepsPerBatch ?? Infinity,
+      this.suspect > 0 ? this.suspect : Infinity,
+    );
     const maxBytes =
       this.options.maxBatchBytes ??
       (limits ? Math.floor(limits.maxMessageBytes * 0.9) : defaultMaxBatchBytes);
@@ -660,7 +684,8 @@ export class CollabClient {
       this.retryDelayMs = 0;
       this.tokenRetries = 0;
       this.evictions = 0;
-      this.batchLimit *= 2;
+      if (this.suspect > 0) this.suspect = Math.max(0, this.suspect - this.sentCount);
+      if (this.suspect === 0) this.batchLimit *= 2;
       // The broadcast came first and acknowledged the batch, with the steps as the server
       // applied them. Unless it was not applied (it seemed to leave a gap, and a pull fills it).
       if (answer.version > this.acknowledgedVersion)
@@ -689,20 +714,119 @@ export class CollabClient {
         this.pull(true);
         return;
       case 'too-large':
-        // The server checks its time budget between steps, so a single step is never refused
-        // for time: split until it is one, and keep every step before the one it won't take.
-        if (this.sentCount > 1) {
-          this.batchLimit = Math.max(1, Math.floor(this.sentCount / 2));
-          this.trySend();
-          return;
-        }
-        this.handleRefusal(answer, () => this.trySend(), true);
+      case 'too-deep':
+      case 'invalid-step':
+        this.refusedForGood(errorBody(answer.code, answer.message));
         return;
       case 'unauthorized':
         this.renewToken(answer.message);
         return;
       default:
         this.handleRefusal(answer, () => this.trySend(), true);
+    }
+  }
+
+  /// The server refused the batch in flight for a reason that sending it again cannot change,
+  /// without saying which of its steps it will not take. A batch of several steps is sent again
+  /// one step at a time (`suspect`); a step refused on its own is dropped, and the steps after
+  /// it are kept, rebased over its removal.
+  private refusedForGood(error: ErrorBody): void {
+    const count = this.sentCount;
+    if (count > 1) {
+      this.suspect = Math.max(this.suspect, count);
+      // The server checks its time budget between steps, so a single step is never refused
+      // for time, but a long batch may be refused `too-large` with no bad step in it: one of
+      // more than `halveAbove` steps is sent again in halves first, rather than hundreds of
+      // round trips. A bad step among them costs a strike per halving (four from 1,000
+      // steps) before the steps go one at a time.
+      this.batchLimit = error.code === 'too-large' && count > halveAbove ? Math.ceil(count / 2) : 1;
+      this.trySend();
+      return;
+    }
+    // Remote steps that came while it was in flight rebased our first step, or dropped it
+    // (what it changed was deleted), as `receiveTransaction` does: the step sent, mapped the
+    // same way, says which unconfirmed step, if any, is the one refused. Sending it again
+    // whenever remote steps came would cost a strike each time on a busy document.
+    const refused = this.refusedStep();
+    if (refused === null) {
+      // The rebase dropped it already.
+      if (this.suspect > 0) this.suspect--;
+      this.trySend();
+      return;
+    }
+    const first = sendableSteps(this.state!)?.steps[0];
+    if (refused === undefined || !first || JSON.stringify(first.toJSON()) !== refused) {
+      // The state was replaced meanwhile (a reload), or the rebase went another way: send it
+      // again alone; it is refused again if it is the bad one, and lands if it is not.
+      this.suspect = Math.max(this.suspect, 1);
+      this.trySend();
+      return;
+    }
+    if (this.suspect > 0) this.suspect--;
+    this.dropRefused(error);
+    this.trySend();
+  }
+
+  /// The JSON text of the one step in flight, rebased over the remote steps applied since it
+  /// was sent as `receiveTransaction` rebased our first unconfirmed step: null when that
+  /// dropped it, undefined when the state was replaced meanwhile and it cannot be told.
+  private refusedStep(): string | null | undefined {
+    const sinceSent = this.sinceSent;
+    if (sinceSent === null) return undefined;
+    if (sinceSent.length === 0) return JSON.stringify(this.inFlightSteps[0]);
+    const mapped = Step.fromJSON(this.schema, this.inFlightSteps[0]).map(new Mapping(sinceSent));
+    if (!mapped) return null;
+    try {
+      if (mapped.apply(this.confirmedDoc!).failed) return null;
+    } catch {
+      return null;
+    }
+    return JSON.stringify(mapped.toJSON());
+  }
+
+  /// Drops the first unconfirmed step, which the server will never take (`error` says why),
+  /// and rebases the later ones over its removal, as prosemirror-collab rebases them over
+  /// remote steps: each is mapped through its inverse; one that no longer applies (it was
+  /// typed inside what the dropped step inserted) is dropped too. `onReload` says how many
+  /// were. The state is rebuilt on the confirmed document, so undo history starts afresh (as
+  /// after `reconcile`); the version, and what is acknowledged, do not change.
+  private dropRefused(error: ErrorBody): void {
+    this.error = error;
+    // Input the view has not read yet becomes a local step first, kept above the drop, and
+    // anything dispatched while the new state is drawn waits for it (see `applying`).
+    this.applying = true;
+    try {
+      this.options.beforeRemote?.();
+      const previous = this.state!;
+      const unconfirmed = sendableSteps(previous)?.steps ?? [];
+      if (unconfirmed.length === 0) return;
+      const doc = this.confirmedDoc!;
+      const rest = unconfirmed.slice(1);
+      const moved = rebaseSteps(rest, [unconfirmed[0]!.getMap().invert()], doc);
+      let state = EditorState.create({
+        schema: this.schema,
+        doc,
+        plugins: [
+          collab({ version: getVersion(previous), clientID: this.clientID }),
+          ...this.plugins,
+        ],
+      });
+      const tr = state.tr;
+      for (const step of moved.steps) tr.step(step);
+      const map = (pos: number): number => moved.rebaser.mapAfter(pos);
+      const size = tr.doc.content.size;
+      const anchor = Math.min(map(previous.selection.anchor), size);
+      const head = Math.min(map(previous.selection.head), size);
+      tr.setSelection(TextSelection.between(tr.doc.resolve(anchor), tr.doc.resolve(head)));
+      state = state.apply(tr);
+      this.state = state;
+      this.stateReplaced(state, map);
+      this.options.onReload?.({
+        dropped: unconfirmed.length - moved.steps.length,
+        reason: 'the server refused local steps',
+      });
+    } finally {
+      this.applying = false;
     }
   }
 
@@ -924,6 +1048,10 @@ function matchesUnconfirmed(
   }
   return true;
 }
+
+/// A batch of more steps than this refused `too-large` is sent again in halves before its
+/// steps go one at a time (`refusedForGood`).
+const halveAbove = 64;
 
 /// What a batch may hold when the server does not say (its default message limit is 64 KiB).
 const defaultMaxBatchBytes = 32 * 1024;

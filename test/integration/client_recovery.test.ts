@@ -332,7 +332,7 @@ describe('client recovery', () => {
     }
   });
 
-  it('does not send a step larger than the server takes; it reloads and says so', async () => {
+  it('does not send a step larger than the server takes; it drops it and says so', async () => {
     const server = await startServer({ maxMessageBytes: 4096 });
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(server.url, 'huge-step', {
