@@ -86,9 +86,15 @@ export class TooManyDocumentsError extends Error {
   }
 }
 
-/// Whether a document the store does not know may be created: 0 when it may, otherwise
-/// milliseconds until it may. Asked only when a document would really be created.
-export type CreatePermit = () => number;
+/// Whether a document the store does not know may be created (the host's creation rate limit).
+export interface CreatePermit {
+  /// 0 when it may (one creation is counted), otherwise milliseconds until it may (nothing is
+  /// counted). Asked only when the store does not know the document.
+  take(): number;
+  /// Gives back a creation `take` counted for a document that was not created after all: it
+  /// existed by the time the lease was held, another process serves it, the load failed.
+  giveBack(): void;
+}
 
 /// How long a document that failed to load as corrupt is refused without reading the store
 /// again. Clients are told `corrupt` (not retryable), so this only bounds how often a
@@ -202,7 +208,8 @@ export class Rooms {
 
   /// The room of `docId`, loading it from the store if needed. With `create` a document the
   /// store does not know starts empty (a fresh epoch, version 0), if the permit (when `create`
-  /// is one) allows it, else rejects with `CreationRateError`; without it (a read), resolves
+  /// is one) allows it, else rejects with `CreationRateError` having taken no lease and
+  /// unloaded nothing for it; without it (a read), resolves
   /// null, having taken no lease and unloaded nothing for it; a read of a document another
   /// process holds rejects with `moved` without asking that process to hand it over.
   /// When `maxLoadedDocuments` rooms are held, the least recently used one without sockets is
@@ -296,23 +303,29 @@ export class Rooms {
     if (this.closing) throw new StoreUnavailableError('shutting down');
     // A read looks first: a document the store does not know is answered null before anything
     // is done for it. A lease would take a fencing number and record this node as the
-    // document's home, keys that stay for good, and space would be made by unloading another
-    // document: a reader probing made-up ids must change nothing.
-    let known: StoredDocument | null = null;
-    if (create === false) {
+    // document's home, and space would be made by unloading another document: a reader
+    // probing made-up ids must change nothing. An editor whose creations are counted looks
+    // first too, and a creation refused is refused here, for the same reasons: a client
+    // joining made-up ids faster than it may create documents must change nothing either.
+    // Undefined until looked: null is a look that found nothing.
+    let known: StoredDocument | null | undefined;
+    const creation: Creation = { counted: false, made: false };
+    if (create === false || typeof create === 'object') {
       known = await this.read(docId);
-      if (!known) return null;
+      if (!known && create === false) return null;
+      if (!known && typeof create === 'object') take(create, creation);
     }
-    await this.makeSpace(docId);
-    // The lease first: what is loaded after it is the newest state, since no other process
-    // can append once it is ours. So with leases a read loads again once it holds the lease
-    // (another process may have appended since the look); without them no other process
-    // writes, and what the look found is the newest state.
-    // Only an editor (`create`) claims a document held elsewhere: a read must not move it.
-    const lease = this.leases ? await this.acquire(docId, create !== false) : null;
     let room: Room | null = null;
+    let lease: Lease | null = null;
     try {
-      room = await this.loadHeld(docId, create, lease, lease ? null : known);
+      await this.makeSpace(docId);
+      // The lease first: what is loaded after it is the newest state, since no other process
+      // can append once it is ours. So with leases a look is read again once the lease is
+      // held (another process may have appended since, or created the document); without
+      // them no other process writes, and what the look found is the newest state.
+      // Only an editor (`create`) claims a document held elsewhere: a read must not move it.
+      lease = this.leases ? await this.acquire(docId, create !== false) : null;
+      room = await this.loadHeld(docId, create, lease, lease ? undefined : known, creation);
       return room;
     } finally {
       // Not serving it after all (absent, damaged, refused): let another process have it now
@@ -320,6 +333,10 @@ export class Rooms {
       if (lease && room === null && this.leases) {
         this.leases.store.release(docId, lease).catch(() => {});
       }
+      // A creation counted for a document that existed after all, or went elsewhere, is the
+      // client's again: two nodes racing to create one document, or a join answered `moved`
+      // and retried, must not use up an honest client's creations.
+      if (creation.counted && !creation.made && typeof create === 'object') create.giveBack();
     }
   }
 
@@ -338,14 +355,16 @@ export class Rooms {
   }
 
   /// The rest of `load`, once the lease (if any) is held. `known`: the document as read
-  /// before, when that read is still the newest state (no leases); null to read it now.
+  /// before (null: found absent), when that read is still the newest state (no leases);
+  /// undefined to read it now.
   private async loadHeld(
     docId: string,
     create: boolean | CreatePermit,
     lease: Lease | null,
-    known: StoredDocument | null,
+    known: StoredDocument | null | undefined,
+    creation: Creation,
   ): Promise<Room | null> {
-    const stored = known ?? (await this.read(docId));
+    const stored = known !== undefined ? known : await this.read(docId);
     const existing = this.rooms.get(docId);
     if (existing) return existing;
     let room: Room;
@@ -356,8 +375,10 @@ export class Rooms {
         throw this.quarantine(docId, err);
       }
     } else if (create) {
-      const wait = typeof create === 'function' ? create() : 0;
-      if (wait > 0) throw new CreationRateError(wait);
+      // Counted already when the look found nothing; not when the look found the document and
+      // it was gone once the lease was held (deleted meanwhile).
+      if (typeof create === 'object' && !creation.counted) take(create, creation);
+      creation.made = true;
       const authority = new Authority(this.emptyDoc(), 0, this.options);
       room = this.makeRoom(docId, randomUUID(), authority, 0);
     } else {
@@ -795,6 +816,21 @@ export class Rooms {
   private unloaded(room: Room): void {
     if (this.unannounced.delete(room)) this.hooks.unloaded?.(room);
   }
+}
+
+/// One load's creation permit: whether a creation was counted, and whether a document was made
+/// with it (one counted and not used is given back).
+interface Creation {
+  counted: boolean;
+  made: boolean;
+}
+
+/// Takes a creation from `permit`, noting it in `creation`; throws `CreationRateError` when the
+/// permit refuses it.
+function take(permit: CreatePermit, creation: Creation): void {
+  const wait = permit.take();
+  if (wait > 0) throw new CreationRateError(wait);
+  creation.counted = true;
 }
 
 /// The node a lease holder (`<node id>/<instance>`) runs on: what liveness keys are named by.

@@ -98,6 +98,12 @@ export class Admission {
     return wait;
   }
 
+  /// Gives back a creation `mayCreate` counted for `address`, for a document that was not
+  /// created after all (it existed, or another node serves it).
+  giveBack(address: string): void {
+    this.creations.get(address)?.give();
+  }
+
   private sweep(now: number): void {
     this.lastSweep = now;
     for (const [address, bucket] of this.creations) {

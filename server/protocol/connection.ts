@@ -315,7 +315,12 @@ export function attachProtocol(
         // answered `not-found` and nothing is created for it, and one another node serves is
         // answered `moved` without asking that node to hand it over (a reader must not move
         // a document away from its editors).
-        const create = socket.data.readOnly ? false : () => admission.mayCreate(address);
+        const create = socket.data.readOnly
+          ? false
+          : {
+              take: () => admission.mayCreate(address),
+              giveBack: () => admission.giveBack(address),
+            };
         rooms
           .get(socket.data.docId, create)
           .then(

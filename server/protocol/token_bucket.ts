@@ -26,6 +26,12 @@ export class TokenBucket {
     return Math.ceil(((1 - this.tokens) * 1000) / this.perSecond);
   }
 
+  /// Puts back one token `take` took, for something that was not done after all.
+  give(): void {
+    if (this.perSecond === 0) return;
+    this.tokens = Math.min(this.burst, this.tokens + 1);
+  }
+
   /// True when the bucket is full again at `now`: a holder may forget it.
   full(now: number): boolean {
     this.refill(now);

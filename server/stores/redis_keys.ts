@@ -12,7 +12,8 @@ export interface DocKeys {
   snapshot: string;
   /// String with an expiry: the lease, `<holder>#<fence>` of the process serving the document.
   lease: string;
-  /// Counter: the last fencing number handed out for this document (never reset).
+  /// Counter: the last fencing number handed out for this document (never reset while the
+  /// document exists; a lease released on a document never written drops it, with `home`).
   fence: string;
   /// String with an expiry: the holder of another process that asked for the document.
   wanted: string;

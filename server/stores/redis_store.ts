@@ -205,9 +205,16 @@ end
 return 'held'
 `;
 
-// KEYS: lease. ARGV: token. Deletes the lease only if it is still this one.
+// KEYS: lease, meta, journal, snapshot, fence, home. ARGV: token. Deletes the lease only if it
+// is still this one. A document that was never written (a creation refused once its lease was
+// held, an editor that joined a new document and left without a change) also loses its fencing
+// counter and home, which would otherwise stay for good, two keys per made-up id: nobody holds
+// the lease now, so no fenced writer can be confused by numbers starting over (a token names
+// its holder, one per process, as well as the number).
 const releaseScript = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'ok' end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) == 0 then redis.call('DEL', KEYS[5], KEYS[6]) end
 return 'ok'
 `;
 
@@ -504,7 +511,11 @@ export class RedisStore implements Store {
     },
     release: async (docId, lease) => {
       const keys = docKeys(this.keyPrefix, docId);
-      await this.run(scripts.release, [keys.lease], [lease.token]);
+      await this.run(
+        scripts.release,
+        [keys.lease, keys.meta, keys.journal, keys.snapshot, keys.fence, keys.home],
+        [lease.token],
+      );
     },
     heartbeat: async (node, ttlMs) => {
       await this.run(scripts.heartbeat, [], [this.nodeKeyPrefix + node, String(ttlMs)]);

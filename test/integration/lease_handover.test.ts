@@ -5,7 +5,7 @@ import { createClient } from 'redis';
 import { schema, schemaVersion, type StepsAnswer } from '../../schema/index.js';
 import { loadConfig } from '../../server/config.js';
 import type { Room, RoomHooks, RoomTransport } from '../../server/core/room.js';
-import { Rooms } from '../../server/core/rooms.js';
+import { CodedError, Rooms, type CreatePermit } from '../../server/core/rooms.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import type { AppendOutcome, AppendRequest, Store } from '../../server/stores/store.js';
@@ -40,8 +40,13 @@ function roomsOf(
   store: Store & Pick<RedisStore, 'leases'>,
   holder: string,
   hooks: RoomHooks = {},
+  maxLoadedDocuments?: number,
 ): Rooms {
-  const config = loadConfig({ host: '127.0.0.1', port: 0 });
+  const config = loadConfig({
+    host: '127.0.0.1',
+    port: 0,
+    ...(maxLoadedDocuments ? { maxLoadedDocuments } : {}),
+  });
   const transport: RoomTransport = { broadcast() {}, evict() {} };
   return new Rooms({
     store,
@@ -74,6 +79,33 @@ function send(room: Room, clientID: string, text = 'a'): Promise<StepsAnswer> {
       slice: { content: [{ type: 'text', text }] },
     };
     room.receive(version, [step], clientID, resolve, performance.now());
+  });
+}
+
+/// The Redis keys of documents whose ids start with `idPrefix`.
+async function keysOf(idPrefix: string): Promise<string[]> {
+  const client = createClient({ url: redisUrl });
+  await client.connect();
+  try {
+    const keys: string[] = [];
+    for await (const found of client.scanIterator({ MATCH: `${keyPrefix}{${idPrefix}*` })) {
+      keys.push(...(Array.isArray(found) ? found : [found]));
+    }
+    return keys.sort();
+  } finally {
+    await client.quit();
+  }
+}
+
+/// A creation permit that refuses (`waitMs` > 0) or allows, and counts what it was asked.
+function permit(waitMs: number): CreatePermit & { taken: number; givenBack: number } {
+  const counts = { taken: 0, givenBack: 0 };
+  return Object.assign(counts, {
+    take: () => {
+      if (waitMs === 0) counts.taken++;
+      return waitMs;
+    },
+    giveBack: () => void counts.givenBack++,
   });
 }
 
@@ -230,6 +262,90 @@ describe('documents changing hands', () => {
     } finally {
       home.closeAll();
       standIn.closeAll();
+    }
+  });
+});
+
+describe('a refused creation', () => {
+  it('changes nothing: no keys, no document unloaded for it', async () => {
+    const store = await redisStore();
+    const rooms = roomsOf(store, 'node-p/1', {}, 1);
+    try {
+      // The one document this process may hold, idle: a new one would unload it.
+      const held = (await rooms.get('refused-held', true))!;
+      assert.deepEqual(await send(held, 'p'), { ok: true, version: 1 });
+      const before = await keysOf('refused-');
+      // A client joining made-up ids faster than it may create documents: each join used to
+      // unload the idle document, and leave a fencing counter and a home in Redis for good.
+      const limited = permit(60_000);
+      for (let i = 0; i < 20; i++) {
+        await assert.rejects(rooms.get(`refused-made-up-${i}`, limited), {
+          name: 'CreationRateError',
+        });
+      }
+      assert.deepEqual(await keysOf('refused-'), before);
+      assert.equal(rooms.peek('refused-held'), held);
+      assert.equal(held.state, 'open');
+    } finally {
+      rooms.closeAll();
+    }
+  });
+
+  it('leaves no keys when the loaded hook refuses a new document, or it is left unwritten', async () => {
+    const store = await redisStore();
+    const rooms = roomsOf(store, 'node-p/1', {
+      loaded: async (room) => {
+        if (room.docId.startsWith('unmade-refused')) throw new CodedError('forbidden');
+      },
+    });
+    try {
+      // Refused once its lease was held: the lease goes back, and the keys the lease made.
+      await assert.rejects(rooms.get('unmade-refused', true), { code: 'forbidden' });
+      // (Released without waiting for Redis: the refusal is not held up by it.)
+      let left = await keysOf('unmade-');
+      for (let tries = 0; left.length > 0 && tries < 100; tries++) {
+        await delay(20);
+        left = await keysOf('unmade-');
+      }
+      assert.deepEqual(left, []);
+      // A new document an editor opened and left without a change: its lease released at
+      // shutdown takes its keys along.
+      await rooms.get('unmade-unwritten', true);
+      assert.notDeepEqual(await keysOf('unmade-'), []);
+      await rooms.releaseAll(rooms.closeAll());
+      assert.deepEqual(await keysOf('unmade-'), []);
+    } finally {
+      rooms.closeAll();
+    }
+  });
+
+  it('gives back a creation counted for a document another process serves', async () => {
+    const store = await redisStore();
+    const p = roomsOf(store, 'node-p/1');
+    const q = roomsOf(store, 'node-q/1');
+    try {
+      // p serves a new document with nothing written yet: q's look finds nothing.
+      await p.get('counted-elsewhere', true);
+      const allowed = permit(0);
+      await assert.rejects(q.get('counted-elsewhere', allowed), { code: 'moved' });
+      // A join answered `moved` and retried until the hand-over must not use up creations.
+      assert.deepEqual(
+        { taken: allowed.taken, givenBack: allowed.givenBack },
+        {
+          taken: 1,
+          givenBack: 1,
+        },
+      );
+      // A creation made keeps its count.
+      const made = permit(0);
+      assert.equal((await q.get('counted-made', made))?.publishedVersion, 0);
+      assert.deepEqual(
+        { taken: made.taken, givenBack: made.givenBack },
+        { taken: 1, givenBack: 0 },
+      );
+    } finally {
+      p.closeAll();
+      q.closeAll();
     }
   });
 });
