@@ -4,6 +4,7 @@ import { Transform } from 'prosemirror-transform';
 import { pino, type Logger } from 'pino';
 import type { Server } from 'socket.io';
 import {
+  docIdPattern,
   errorBody,
   isErrorCode,
   schema as builtInSchema,
@@ -135,14 +136,16 @@ export interface Collab {
   /// Edits `docId` on the server, through the same path as an editor's steps: checked against
   /// the limits, journaled, broadcast, `onAccepted`. `edit` adds steps to a transform of the
   /// newest document (creating the document when it does not exist). Resolves with the new
-  /// version once durable; rejects with a `CodedError` when the steps are refused.
+  /// version once durable; rejects with a `CodedError` when the steps are refused, and with
+  /// `bad-document-id` for an id outside `docIdPattern`.
   change(
     docId: string,
     edit: (tr: Transform) => void,
     options?: { user?: string | null; clientID?: string },
   ): Promise<number>;
   /// The document's published version and content, loading it if needed; null when the store
-  /// has no such document.
+  /// has no such document. Rejects with a `CodedError` `bad-document-id` for an id outside
+  /// `docIdPattern`.
   document(docId: string): Promise<{ version: number; doc: Node } | null>;
   /// Connected editors, over every attached namespace.
   readonly editors: number;
@@ -317,6 +320,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
     },
     async change(docId, edit, changeOptions = {}) {
       if (draining) throw new CodedError('shutting-down');
+      checkDocId(docId);
       const room = await rooms.get(docId, true);
       if (!room || room.state !== 'open') throw new CodedError('unavailable');
       // Made and handed to the room in one synchronous step, against the newest document:
@@ -342,6 +346,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
       });
     },
     async document(docId) {
+      checkDocId(docId);
       const room = await rooms.get(docId, false);
       if (!room) return null;
       return { version: room.publishedVersion, doc: room.publishedDoc };
@@ -455,4 +460,14 @@ function roomHooks(options: CollabOptions, log: Logger): RoomHooks {
       });
   }
   return hooks;
+}
+
+/// Throws `bad-document-id` for an id outside `docIdPattern`, as the handshake and the http app
+/// answer it. Checked before the store sees it: a store that cannot name keys for it (Redis:
+/// a `}` breaks the hash tag) throws, and the load would take that for damaged data and
+/// quarantine the id.
+function checkDocId(docId: string): void {
+  if (typeof docId !== 'string' || !docIdPattern.test(docId)) {
+    throw new CodedError('bad-document-id');
+  }
 }

@@ -12,6 +12,7 @@ import {
   CodedError,
   createCollab,
   MemoryStore,
+  RedisStore,
   type AcceptedEvent,
   type Authenticate,
   type Collab,
@@ -20,6 +21,7 @@ import {
 } from '../../server/index.js';
 import { CollabClient } from '../../client/index.js';
 import { ask } from '../support/socket.js';
+import { deleteRedisKeys, redisForTests } from '../support/store_fixtures.js';
 import { waitFor } from '../support/wait.js';
 
 // createCollab embedded in a host app of the test's own: its http server, its Socket.io
@@ -471,6 +473,36 @@ describe('createCollab in a host app', () => {
 });
 
 describe('createCollab options', () => {
+  it('refuses a document id outside the pattern with bad-document-id, quarantining nothing', async () => {
+    // On Redis such an id cannot make keys (a `}` breaks the hash tag): the store's TypeError
+    // used to be taken for damaged data, and the id quarantined, logged and counted as corrupt.
+    const { redisUrl, keyPrefix } = redisForTests();
+    const store = new RedisStore({ url: redisUrl, keyPrefix });
+    await store.ready();
+    const errors: string[] = [];
+    const logger = pino(
+      { level: 'error' },
+      { write: (line: string) => void errors.push(JSON.parse(line).msg) },
+    );
+    const collab = createCollab({ store, authenticate: null, logger });
+    try {
+      for (const id of ['a}b', 'x'.repeat(300), '']) {
+        await assert.rejects(collab.document(id), { code: 'bad-document-id' }, id);
+        await assert.rejects(
+          collab.change(id, (tr) => void tr.insert(1, builtIn.text('x'))),
+          { code: 'bad-document-id' },
+          id,
+        );
+      }
+      assert.equal(collab.rooms.quarantinedCount, 0);
+      assert.equal(collab.rooms.corruptLoads, 0);
+      assert.deepEqual(errors, []);
+    } finally {
+      await collab.close();
+      await deleteRedisKeys(redisUrl, keyPrefix);
+    }
+  });
+
   it('serves the protocol in the namespace it is attached to, and close() sends editors away', async () => {
     const host = await startHost('/collab');
     let closed = false;
