@@ -142,7 +142,38 @@ describe('docker-compose.yml', () => {
     assert.ok(existsSync(join(root, String(build['dockerfile']))));
     assert.match(String((services['server']!['environment'] as Doc)['AUTH_SECRET']), /AUTH_SECRET/);
   });
+
+  it('caps Redis below its container`s memory, refusing writes rather than evicting', async () => {
+    const compose = await load('docker-compose.yml');
+    const redis = (compose['services'] as Record<string, Doc>)['redis']!;
+    const command = (redis['command'] as unknown[]).map(String);
+    const option = (name: string) => {
+      const at = command.indexOf(`--${name}`);
+      return at < 0 ? undefined : command[at + 1];
+    };
+    assert.equal(option('maxmemory-policy'), 'noeviction');
+    // Without maxmemory (0, unlimited) noeviction never applies: Redis grows until the
+    // kernel kills it, and whatever its AOF had not written yet goes with it.
+    const max = bytesOf(option('maxmemory'));
+    const limit = bytesOf(redis['mem_limit']);
+    assert.ok(max > 0, `maxmemory: ${option('maxmemory')}`);
+    // Headroom for what maxmemory does not count: the AOF rewrite's fork (pages copied on
+    // write), client buffers, fragmentation.
+    assert.ok(max <= 0.8 * limit, `maxmemory ${max} leaves room under mem_limit ${limit}`);
+  });
 });
+
+/// Bytes in a Redis or Compose size (`700mb`, `1g`), in binary units as Docker reads them and
+/// Redis reads `mb` and `gb` (its `m` and `g` are decimal: a little less); NaN for anything else.
+function bytesOf(size: unknown): number {
+  const match = /^(\d+)\s*(b|k|kb|m|mb|g|gb)?$/i.exec(String(size ?? ''));
+  if (!match) return NaN;
+  const unit = (match[2] ?? 'b').toLowerCase()[0]!;
+  return (
+    Number(match[1]) *
+    ({ b: 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3 } as const)[unit as 'b' | 'k' | 'm' | 'g']
+  );
+}
 
 describe('the Dockerfiles', () => {
   it('run node under tini, not as PID 1', async () => {
