@@ -139,8 +139,12 @@ export class Room {
   /// When the lease was taken (ms, `performance.now()`): a handover request is honoured only after a
   /// short hold, so that two nodes that both receive editors cannot bounce a document.
   leasedAt = 0;
-  /// When the lease was last renewed (ms, `performance.now()`).
+  /// When the last renewal that was answered held was sent (ms, `performance.now()`): the
+  /// lease runs a lease time from when the store ran it, which is later, never earlier.
   leaseRenewedAt = 0;
+  /// Until when (ms, `performance.now()`) the lease is surely still this process's: a margin
+  /// short of a lease time after `leaseRenewedAt`. Set with the lease and at each renewal.
+  leaseFreshUntil = 0;
 
   private readonly authority: Authority;
   private readonly store: Store;
@@ -212,9 +216,12 @@ export class Room {
 
   /// The answer to `join` and `pull`: the steps since the client's version when the history
   /// still holds them all (and the epoch matches), otherwise the whole published document,
-  /// with how far it holds the batches of `clientID` (the asking connection's).
+  /// with how far it holds the batches of `clientID` (the asking connection's). Refused
+  /// `unavailable` once the room is closed, and `moved` once its lease may have lapsed
+  /// (`leaseFresh`).
   sync(request: SyncRequest, clientID?: string): SyncAnswer {
     if (this.state !== 'open') return { ok: false, ...errorBody('unavailable') };
+    if (!this.leaseFresh()) return { ok: false, ...errorBody('moved', undefined, movedRetryMs) };
     const { version, epoch } = request;
     if (version !== undefined && (epoch === undefined || epoch === this.epoch)) {
       const since = this.authority.stepsSince(version, this.publishedVersion);
@@ -704,6 +711,18 @@ export class Room {
       (stored.epoch === this.epoch || stored.epoch === null) &&
       stored.version < this.publishedVersion
     );
+  }
+
+  /// Whether this room may answer from its copy now: true without a lease, or while the lease
+  /// is surely still held (`leaseFreshUntil`). A process paused past its lease time (SIGSTOP,
+  /// a long GC, a renewal whose answer came late) may have lost the document to another that
+  /// moved it on, and would answer joins, pulls and reads from an old copy: past that time
+  /// this starts `leaseGone` (which asks the store, so a store gone back is still repaired
+  /// from this copy) and answers false; the caller answers `moved`.
+  leaseFresh(): boolean {
+    if (!this.lease || performance.now() < this.leaseFreshUntil) return true;
+    this.leaseGone('the lease was not renewed in time: another process may serve the document');
+    return false;
   }
 
   /// The lease was found gone outside an append (a renewal, a snapshot), or could not be

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { ErrorCode, StepJSON } from '../../schema/index.js';
 import { Authority, type AuthorityLimits } from './authority.js';
 import {
+  movedRetryMs,
   Room,
   type BatchObserver,
   type RoomHooks,
@@ -217,10 +218,14 @@ export class Rooms {
   /// `TooManyDocumentsError`.
   /// Rejects with the store's `StoreUnavailableError` when it cannot load (retryable), and with
   /// `CorruptDocumentError` when the stored data cannot be read back (the document is then
-  /// quarantined for `quarantineMs`).
+  /// quarantined for `quarantineMs`), and with `moved` when the room's lease may have lapsed
+  /// (see `Room.leaseFresh`: its copy may be older than what another process wrote since).
   get(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     const room = this.rooms.get(docId);
     if (room) {
+      // A copy whose lease may have lapsed (a pause, a renewal answered late) is not read from,
+      // open or already closed and asking its store: another process may have moved it on.
+      if (!room.leaseFresh()) return Promise.reject(lapsed());
       // Re-inserted: the map's order is least recently used first.
       this.rooms.delete(docId);
       this.rooms.set(docId, room);
@@ -324,8 +329,9 @@ export class Rooms {
       // held (another process may have appended since, or created the document); without
       // them no other process writes, and what the look found is the newest state.
       // Only an editor (`create`) claims a document held elsewhere: a read must not move it.
+      const asked = performance.now();
       lease = this.leases ? await this.acquire(docId, create !== false) : null;
-      room = await this.loadHeld(docId, create, lease, lease ? undefined : known, creation);
+      room = await this.loadHeld(docId, create, lease, asked, lease ? undefined : known, creation);
       return room;
     } finally {
       // Not serving it after all (absent, damaged, refused): let another process have it now
@@ -361,6 +367,7 @@ export class Rooms {
     docId: string,
     create: boolean | CreatePermit,
     lease: Lease | null,
+    leaseAskedAt: number,
     known: StoredDocument | null | undefined,
     creation: Creation,
   ): Promise<Room | null> {
@@ -386,7 +393,8 @@ export class Rooms {
     }
     if (lease) {
       room.lease = lease;
-      room.leasedAt = room.leaseRenewedAt = performance.now();
+      room.leasedAt = performance.now();
+      this.renewed(room, leaseAskedAt);
     }
     if (this.hooks.loaded) {
       try {
@@ -410,6 +418,9 @@ export class Rooms {
     this.log.debug({ doc: docId, version: room.publishedVersion }, 'document loaded');
     // A room loaded for a read or a join that never came must not stay forever.
     this.scheduleUnload(room);
+    // A load slower than the lease (a huge journal, a paused process) is not renewed while it
+    // runs: what it read may be older than what a process that took the lease since wrote.
+    if (!room.leaseFresh()) throw lapsed();
     return room;
   }
 
@@ -512,6 +523,9 @@ export class Rooms {
         [...this.rooms.values()].map(async (room) => {
           if (!room.lease || room.state !== 'open' || this.evicting.has(room)) return;
           let outcome;
+          // The lease runs from when the store ran the renewal, after it was sent: an answer
+          // that comes late (a pause) must not make the lease look newer than it is.
+          const sent = performance.now();
           try {
             outcome = await store.renew(room.docId, holder, room.lease, ttlMs);
           } catch (err) {
@@ -525,9 +539,12 @@ export class Rooms {
             }
             return;
           }
-          room.leaseRenewedAt = performance.now();
-          if (outcome === 'lost') room.leaseGone('the lease was lost');
-          else if (outcome === 'wanted' && performance.now() - room.leasedAt >= ttlMs) {
+          if (outcome === 'lost') {
+            room.leaseGone('the lease was lost');
+            return;
+          }
+          this.renewed(room, sent);
+          if (outcome === 'wanted' && performance.now() - room.leasedAt >= ttlMs) {
             // Not awaited: a hand-over waits for the room's append in flight, and the next
             // renewal round must not wait for it (`evicting` keeps the room out meanwhile).
             this.handOver(room).catch((err: unknown) =>
@@ -540,6 +557,15 @@ export class Rooms {
       this.renewalsHealthy = healthy;
       this.renewing = false;
     }
+  }
+
+  /// Notes that `room`'s lease was taken or renewed by a call sent at `sent` (ms,
+  /// `performance.now()`): it is surely held until a margin short of a lease time after that.
+  /// The margin covers the time between that check and an answer leaving this process.
+  private renewed(room: Room, sent: number): void {
+    const { ttlMs } = this.leases!;
+    room.leaseRenewedAt = sent;
+    room.leaseFreshUntil = sent + ttlMs - Math.ceil(ttlMs / 10);
   }
 
   /// Renews this node's liveness key: alive for two renewal periods, so that it is gone a third
@@ -831,6 +857,14 @@ function take(permit: CreatePermit, creation: Creation): void {
   const wait = permit.take();
   if (wait > 0) throw new CreationRateError(wait);
   creation.counted = true;
+}
+
+/// The refusal of a read from a copy whose lease may have lapsed (see `Room.leaseFresh`): the
+/// document is likely served elsewhere, or here again, once the lease has settled.
+function lapsed(): CodedError {
+  return new CodedError('moved', 'This node may no longer hold this document', {
+    retryAfterMs: movedRetryMs,
+  });
 }
 
 /// The node a lease holder (`<node id>/<instance>`) runs on: what liveness keys are named by.

@@ -4,11 +4,16 @@ import { pino } from 'pino';
 import { createClient } from 'redis';
 import { schema, schemaVersion, type StepsAnswer } from '../../schema/index.js';
 import { loadConfig } from '../../server/config.js';
-import type { Room, RoomHooks, RoomTransport } from '../../server/core/room.js';
+import {
+  movedRetryMs,
+  type Room,
+  type RoomHooks,
+  type RoomTransport,
+} from '../../server/core/room.js';
 import { CodedError, Rooms, type CreatePermit } from '../../server/core/rooms.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
-import type { AppendOutcome, AppendRequest, Store } from '../../server/stores/store.js';
+import type { AppendOutcome, AppendRequest, LeaseStore, Store } from '../../server/stores/store.js';
 import { deleteRedisKeys, redisForTests } from '../support/store_fixtures.js';
 import { delay, waitFor } from '../support/wait.js';
 
@@ -151,6 +156,59 @@ describe('documents changing hands', () => {
       await waitFor(() => idle, 'the room settled', 2000);
     } finally {
       rooms.closeAll();
+    }
+  });
+
+  it('stops answering from its copy once its lease may have lapsed, a renewal answered late or not', async () => {
+    const real = await redisStore();
+    let gate: Promise<void> | null = null;
+    let open!: () => void;
+    // p's renewals reach Redis, but while the gate is closed their answers do not come back:
+    // a process paused (SIGSTOP, a long GC) just after it sent one.
+    const late = Object.assign(Object.create(real) as RedisStore, {
+      leases: {
+        ...real.leases,
+        renew: async (...args: Parameters<LeaseStore['renew']>) => {
+          const outcome = await real.leases.renew(...args);
+          if (gate) await gate;
+          return outcome;
+        },
+      },
+    });
+    const p = roomsOf(late, 'node-p/1');
+    const q = roomsOf(real, 'node-q/1');
+    try {
+      const room = (await p.get('lapsed', true))!;
+      assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
+      gate = new Promise((resolve) => (open = resolve));
+      // The lease ends a lease time after the last renewal Redis ran: q takes the document
+      // then, and moves it on.
+      let taken: Room | null = null;
+      for (let tries = 0; !taken && tries < 100; tries++) {
+        taken = await q.get('lapsed', true).catch(() => null);
+        if (!taken) await delay(50);
+      }
+      assert.ok(taken, 'q took the document');
+      assert.deepEqual(await send(taken, 'q', 'b'), { ok: true, version: 2 });
+      // p still holds its copy at version 1: a join or pull, and a read through the registry
+      // (GET /docs/:id, collab.document()), used to be answered from it.
+      const answer = room.sync({});
+      assert.deepEqual(
+        answer.ok ? answer : { code: answer.code, retryAfterMs: answer.retryAfterMs },
+        { code: 'moved', retryAfterMs: movedRetryMs },
+      );
+      await assert.rejects(p.get('lapsed', false), { code: 'moved' });
+      // The renewal's answer, once it comes, does not bring the copy back: it was sent before
+      // the lease lapsed, and so says nothing about now.
+      open();
+      gate = null;
+      await delay(ttlMs);
+      assert.equal(room.state, 'closed');
+      await assert.rejects(p.get('lapsed', false), { code: 'moved' });
+    } finally {
+      open?.();
+      p.closeAll();
+      q.closeAll();
     }
   });
 
