@@ -66,7 +66,13 @@ export function openEditor(
         });
         loaded = true;
       } else {
+        // A rebuilt state (a reload: history gone, a new epoch, refused steps) brings new plugin
+        // views, and the menu bar's moves the editable element, which blurs it: the status says
+        // all is saved while the next keys go nowhere. Focus again; the selection is the one
+        // the client mapped into the new state.
+        const focused = tr === null && view.hasFocus();
         view.updateState(state);
+        if (focused && !view.hasFocus()) view.focus();
       }
       presence.stateChanged(state, tr);
       people.show(self, remoteCursors(state));

@@ -1,0 +1,114 @@
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { launchChromium } from '../support/browser.js';
+import { startServer, type TestServer } from '../support/server.js';
+
+// The browser editor across a reload of its document (the server's history no longer reaches
+// back to what an offline page had), in real Chromium against a real server that keeps only a
+// few steps of history.
+const bundle = new URL('../../web-bundle/index.html', import.meta.url);
+
+describe('browser editor offline and reloaded', () => {
+  let server: TestServer;
+  let browser: Browser;
+  const contexts: BrowserContext[] = [];
+
+  before(async () => {
+    if (!existsSync(bundle)) {
+      throw new Error('The web bundle is missing: run `npm run build` before the tests.');
+    }
+    server = await startServer({ maxHistorySteps: 5 });
+    browser = await launchChromium();
+  });
+
+  after(async () => {
+    for (const context of contexts) await context.close().catch(() => {});
+    await browser?.close();
+    await server?.close();
+  });
+
+  async function openPage(docId: string, name: string, color: string): Promise<Page> {
+    const context = await browser.newContext({ viewport: { width: 760, height: 520 } });
+    contexts.push(context);
+    context.setDefaultTimeout(10_000);
+    await context.addInitScript(
+      (identity) => localStorage.setItem('scriptorium.identity', JSON.stringify(identity)),
+      { name, color },
+    );
+    const page = await context.newPage();
+    page.on('pageerror', (err) => {
+      throw new Error(`${name}'s page threw: ${err.message}`);
+    });
+    await page.goto(`${server.url}/d/${docId}`);
+    await waitStatus(page, 'synced');
+    return page;
+  }
+
+  function waitStatus(page: Page, state: string): Promise<unknown> {
+    return page.waitForFunction(
+      (wanted) => document.getElementById('status')?.dataset['state'] === wanted,
+      state,
+      { timeout: 10_000 },
+    );
+  }
+
+  /// Cuts `page` off the server: offline emulation stops new connections but leaves an open
+  /// WebSocket alone, so the transport is dropped too, as a network failure would.
+  async function goOffline(page: Page): Promise<void> {
+    await page.context().setOffline(true);
+    await page.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
+    await waitStatus(page, 'offline');
+  }
+
+  async function serverText(docId: string): Promise<string> {
+    const response = await fetch(`${server.url}/docs/${docId}`);
+    const body = (await response.json()) as { doc: unknown };
+    return JSON.stringify(body.doc);
+  }
+
+  /// Waits until `page` has nothing unsent and the server holds `text`.
+  async function serverHas(page: Page, docId: string, text: string): Promise<void> {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const settled = await page.evaluate(
+        () =>
+          window.__scriptorium!.client.status === 'synced' &&
+          !window.__scriptorium!.client.hasUnconfirmed,
+      );
+      if (settled && (await serverText(docId)).includes(text)) return;
+      if (Date.now() > deadline) throw new Error(`the server never got ${JSON.stringify(text)}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  /// Ada types offline while Bob edits past the server's history; Ada comes back, the server
+  /// answers her join with the whole document, and her client reloads it.
+  async function reloadedWhileAway(docId: string): Promise<{ ada: Page; bob: Page }> {
+    const ada = await openPage(docId, 'Ada', '#d7263d');
+    const bob = await openPage(docId, 'Bob', '#2e86ab');
+    await ada.locator('.ProseMirror').click();
+    await ada.keyboard.type('Alpha. ');
+    await serverHas(ada, docId, 'Alpha. ');
+    await goOffline(ada);
+    await ada.keyboard.type('offline words ');
+    await bob.locator('.ProseMirror').click();
+    await bob.keyboard.press('Control+End');
+    await bob.keyboard.type(' bravo bravo bravo');
+    await serverHas(bob, docId, 'bravo bravo bravo');
+    await ada.context().setOffline(false);
+    await serverHas(ada, docId, 'offline words');
+    return { ada, bob };
+  }
+
+  it('keeps keyboard focus through a reload, and what is typed next reaches the server', async () => {
+    const docId = 'offline-focus';
+    const { ada } = await reloadedWhileAway(docId);
+    assert.equal(await ada.evaluate(() => window.__scriptorium!.view!.hasFocus()), true);
+    await ada.keyboard.type('typed after');
+    await serverHas(ada, docId, 'typed after');
+    // Where the caret was: after the offline words, before Bob's.
+    assert.match(await serverText(docId), /offline words typed after/);
+  });
+});
