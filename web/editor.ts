@@ -75,7 +75,10 @@ export function openEditor(
         if (focused && !view.hasFocus()) view.focus();
       }
       presence.stateChanged(state, tr);
-      people.show(self, remoteCursors(state));
+      // Presence may have dispatched (after a reload it places the cursors again), which ran
+      // this callback for the newer state inside: the list is drawn from the newest one, as the
+      // carets are, or an older state's (a reloaded one holds no cursors yet) would win.
+      people.show(self, remoteCursors(client.state ?? state));
       refresh();
     },
     // Typing not yet read from the DOM would be drawn over by the remote steps.

@@ -111,4 +111,33 @@ describe('browser editor offline and reloaded', () => {
     // Where the caret was: after the offline words, before Bob's.
     assert.match(await serverText(docId), /offline words typed after/);
   });
+
+  it('lists the others after a reload, as it draws their carets', async () => {
+    const docId = 'offline-people';
+    const ada = await openPage(docId, 'Ada', '#d7263d');
+    const bob = await openPage(docId, 'Bob', '#2e86ab');
+    await bob.locator('.ProseMirror').click();
+    await bob.keyboard.type('Bob was here.');
+    await serverHas(bob, docId, 'Bob was here.');
+    const bobID = await bob.evaluate(() => window.__scriptorium!.client.clientID);
+    const caret = ada.locator(`.scriptorium-caret[data-client-id="${bobID}"]`);
+    await caret.waitFor();
+    await ada.locator('#people li', { hasText: 'Bob' }).waitFor();
+
+    // Reload Ada's document while connected, as the client does when the server answers a
+    // batch with `history-gone` (through its private `pull`: a server cannot be made to give
+    // that answer on cue), and wait for it to be shown with Bob's caret moved into it.
+    await ada.evaluate(async () => {
+      const client = window.__scriptorium!.client as unknown as {
+        state: unknown;
+        pull(full: boolean): void;
+      };
+      const before = client.state;
+      client.pull(true);
+      while (client.state === before) await new Promise((resolve) => setTimeout(resolve, 10));
+    });
+    await caret.waitFor();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.deepEqual(await ada.locator('#people li').allTextContents(), ['Ada (you)', 'Bob']);
+  });
 });
