@@ -39,6 +39,14 @@ function main(): void {
     tokenFromFragment(),
   );
   window.__scriptorium = editor;
+  // Unsent changes live only in this tab: closing or reloading it would lose them (an offline
+  // stretch, a server refusing this editor for good). The browser asks first; its own wording,
+  // since browsers no longer show a page's.
+  addEventListener('beforeunload', (event) => {
+    if (!editor.client.hasUnconfirmed) return;
+    event.preventDefault();
+    event.returnValue = '';
+  });
 
   const nameInput = element('name') as HTMLInputElement;
   nameInput.value = identity.name;

@@ -140,4 +140,35 @@ describe('browser editor offline and reloaded', () => {
     await new Promise((resolve) => setTimeout(resolve, 300));
     assert.deepEqual(await ada.locator('#people li').allTextContents(), ['Ada (you)', 'Bob']);
   });
+
+  it('asks before the tab closes with changes the server has not confirmed, and only then', async () => {
+    const docId = 'offline-unload';
+    const ada = await openPage(docId, 'Ada', '#d7263d');
+    const dialogs: string[] = [];
+    ada.on('dialog', (dialog) => {
+      dialogs.push(dialog.type());
+      // Stay on the page: the changes are still to be sent.
+      void dialog.dismiss();
+    });
+    await ada.locator('.ProseMirror').click();
+    await ada.keyboard.type('Saved. ');
+    await serverHas(ada, docId, 'Saved. ');
+    await goOffline(ada);
+    await ada.keyboard.type('An hour of offline work.');
+
+    await ada.close({ runBeforeUnload: true });
+    const deadline = Date.now() + 5_000;
+    while (dialogs.length === 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    assert.deepEqual(dialogs, ['beforeunload']);
+    assert.equal(ada.isClosed(), false, 'the page stayed open');
+
+    // Back online, the work is sent, and the tab closes without asking.
+    await ada.context().setOffline(false);
+    await serverHas(ada, docId, 'An hour of offline work.');
+    await ada.close({ runBeforeUnload: true });
+    await ada.waitForEvent('close');
+    assert.deepEqual(dialogs, ['beforeunload']);
+  });
 });
