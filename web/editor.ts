@@ -42,7 +42,7 @@ export function openEditor(
   docId: string,
   identity: Identity,
   elements: EditorElements,
-  token: string | null = null,
+  token: string | (() => string) | null = null,
 ): Editor {
   const statusBar = new StatusBar(elements.status);
   const people = new PeopleList(elements.people);
@@ -51,6 +51,10 @@ export function openEditor(
   let view: EditorView | null = null;
   let loaded = false;
   let unreachable = false;
+  // The server refused the token and `token` is a function, so the client asks it again at
+  // every retry: the person can bring a fresh one (see `tokenNotice`).
+  let tokenRefused = false;
+  let refusal = '';
 
   const client = new CollabClient({
     url,
@@ -101,28 +105,77 @@ export function openEditor(
   presence.connect(client);
   client.socket.on('connect', () => {
     unreachable = false;
+    if (tokenRefused) elements.notice.hidden = true;
+    tokenRefused = false;
     refresh();
   });
-  client.socket.on('connect_error', () => {
-    unreachable = true;
-    refresh();
-  });
+  client.socket.on(
+    'connect_error',
+    (err: Error & { data?: { code?: unknown; message?: unknown } }) => {
+      unreachable = true;
+      tokenRefused = err.data?.code === 'unauthorized' && typeof token === 'function';
+      if (tokenRefused) refusal = String(err.data?.message ?? '');
+      refresh();
+    },
+  );
+
+  function unsentCount(): number {
+    return client.state ? (sendableSteps(client.state)?.steps.length ?? 0) : 0;
+  }
 
   function refresh(): void {
+    const unsent = unsentCount();
     statusBar.show({
       status: client.status,
       error: client.error,
       loaded,
-      unsent: client.state ? (sendableSteps(client.state)?.steps.length ?? 0) : 0,
+      unsent,
       unreachable,
+      tokenRefused,
     });
+    // Redrawn with every change, so that the count it gives stays true while the person types.
+    if (tokenRefused) tokenNotice(unsent);
+  }
+
+  /// The token of the page expired (typically during an offline stretch). Reloading would
+  /// discard the unsent changes, and the expired link cannot open the document again; a fresh
+  /// link opened in this tab changes only the fragment, which the `token` function reads.
+  function tokenNotice(unsent: number): void {
+    if (!loaded) {
+      notice(
+        `This document cannot be opened: ${refusal || 'the access token was refused'}. ` +
+          'Open a fresh link to it in this tab (paste it into the address bar).',
+      );
+      return;
+    }
+    const kept = unsent === 1 ? '1 unsent change is' : `${unsent} unsent changes are`;
+    notice(
+      `The access token in this address was refused: ${refusal || 'it may have expired'}. ` +
+        (unsent > 0
+          ? `${kept} kept in this tab only: reloading the page would discard them. `
+          : '') +
+        'Open a fresh link to this document in this tab (paste it into the address bar) to ' +
+        (unsent > 0 ? 'send them.' : 'go on.'),
+    );
   }
 
   function showFailure(): void {
     const error = client.error;
     const reason = error ? `${error.message} (${error.code})` : 'the server refused this editor';
-    if (!loaded) notice(`This document cannot be opened: ${reason}.`);
-    else notice(`This editor was disconnected for good: ${reason}. Reload the page to continue.`);
+    if (!loaded) {
+      notice(`This document cannot be opened: ${reason}.`);
+    } else {
+      // The state and its unsent steps stay in this page; a reload starts from the server's.
+      const unsent = unsentCount();
+      const lost =
+        unsent === 0
+          ? ''
+          : ` ${unsent === 1 ? '1 change was' : `${unsent} changes were`} not sent, and ` +
+            'reloading discards them: copy what you need to keep first.';
+      notice(
+        `This editor was disconnected for good: ${reason}.${lost} Reload the page to continue.`,
+      );
+    }
     view?.setProps({ editable: () => false });
   }
 

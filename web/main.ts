@@ -36,7 +36,7 @@ function main(): void {
       people: element('people'),
       notice,
     },
-    tokenFromFragment(),
+    tokenSource(),
   );
   window.__scriptorium = editor;
   // Unsent changes live only in this tab: closing or reloading it would lose them (an offline
@@ -60,6 +60,17 @@ function main(): void {
     saveIdentity(identity);
     editor.setIdentity(identity);
   });
+}
+
+/// Where the client gets its token: none without one in the address; otherwise a function,
+/// which the client calls again at every (re)connection. It reads the fragment each time, so
+/// that when the token expires (during an offline stretch, say) a fresh link opened in the
+/// same tab, which changes only the fragment and keeps the page with its unsent changes, lets
+/// the client back in. Without a token in the fragment it keeps the one the page opened with.
+function tokenSource(): (() => string) | null {
+  const initial = tokenFromFragment();
+  if (initial === null) return null;
+  return () => tokenFromFragment() ?? initial;
 }
 
 /// The access token, from the address's fragment (`/d/<id>#token=…`): a fragment never

@@ -11,6 +11,9 @@ export interface StatusInfo {
   unsent: number;
   /// The last connection attempt failed at the transport level (server down, network gone).
   unreachable: boolean;
+  /// The server refused the page's access token (expired) and the client waits for a fresh
+  /// one, keeping its unsent changes.
+  tokenRefused: boolean;
 }
 
 /// The line under the menu that says where the document stands: saved, saving, offline with
@@ -29,6 +32,13 @@ export class StatusBar {
 
 function describe(info: StatusInfo): [string, string] {
   const unsent = info.unsent === 1 ? '1 unsent change' : `${info.unsent} unsent changes`;
+  if (info.tokenRefused && info.status !== 'failed') {
+    return [
+      'refused',
+      `Access token refused${info.unsent ? ` · ${unsent} kept in this tab` : ''}` +
+        ' · waiting for a fresh link',
+    ];
+  }
   switch (info.status) {
     case 'synced':
       return ['synced', 'Connected · all changes saved'];

@@ -66,6 +66,67 @@ describe('tokens in the fragment, in a browser', () => {
     await editor.context().close();
   });
 
+  it('offline work outlives an expired token: the page says so, and a fresh link in the tab sends it', async () => {
+    const docId = 'fragment-expiry';
+    const token = await signToken(secret, {
+      user: 'ann',
+      doc: docId,
+      access: 'write',
+      ttlSeconds: 3,
+    });
+    const editor = await page();
+    editor.on('pageerror', (err) => {
+      throw new Error(`the page threw: ${err.message}`);
+    });
+    await editor.goto(`${server.url}/d/${docId}#token=${token}`);
+    const status = (state: string) =>
+      editor.waitForFunction(
+        (wanted) => document.getElementById('status')?.dataset['state'] === wanted,
+        state,
+      );
+    await status('synced');
+    await editor.click('.ProseMirror');
+    await editor.keyboard.type('Saved online. ');
+    await status('synced');
+    await editor.context().setOffline(true);
+    await editor.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
+    await status('offline');
+    await editor.keyboard.type('Offline work.');
+    await new Promise((resolve) => setTimeout(resolve, 3_500));
+
+    // Back online, the token in the address has expired: the page keeps the work and says how
+    // to send it, and that reloading would lose it.
+    await editor.context().setOffline(false);
+    await status('refused');
+    const notice = editor.locator('#notice');
+    await notice.waitFor({ state: 'visible' });
+    const text = (await notice.textContent()) ?? '';
+    assert.match(text, /\d+ unsent changes?/);
+    assert.match(text, /fresh link/);
+    assert.match(text, /reload/i);
+    assert.equal(
+      await editor.evaluate(() => window.__scriptorium!.view!.state.doc.textContent),
+      'Saved online. Offline work.',
+    );
+
+    // Opening a fresh link in the same tab changes only the fragment: the page stays, and the
+    // client's next handshake carries the new token.
+    const fresh = await signToken(secret, {
+      user: 'ann',
+      doc: docId,
+      access: 'write',
+      ttlSeconds: 600,
+    });
+    await editor.goto(`${server.url}/d/${docId}#token=${fresh}`);
+    await status('synced');
+    await notice.waitFor({ state: 'hidden' });
+    const served = await fetch(`${server.url}/docs/${docId}`, {
+      headers: { authorization: `Bearer ${fresh}` },
+    });
+    assert.match(JSON.stringify(await served.json()), /Saved online\. Offline work\./);
+    await editor.context().close();
+  });
+
   it('the dashboard polls with the metrics token from its fragment', async () => {
     const withToken = await page();
     await withToken.goto(`${server.url}/dashboard#token=${metricsToken}`);
