@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
+import { CollabClient } from '../../client/index.js';
+import { schema } from '../../examples/tiptap/extensions.js';
 import { startExample } from '../../examples/tiptap/server.js';
 import { launchChromium } from '../support/browser.js';
 
@@ -134,5 +138,40 @@ describe('the Tiptap example in a browser', () => {
     assert.equal(await writer.evaluate(() => window.__example!.editor.getText()), 'Seen by all');
     await writer.context().close();
     await reader.context().close();
+  });
+
+  it("a click on a collaborator's link opens no page that could take over the editor's tab", async () => {
+    // StarterKit's link opened on click with `window.open(href, target)`, without noopener: the
+    // opened page got `window.opener` and could send the editor's tab elsewhere (reverse
+    // tabnabbing). This page reports whether it was opened and with an opener.
+    const reports: string[] = [];
+    const linked = createServer((request, response) => {
+      reports.push(request.url ?? '');
+      response.setHeader('content-type', 'text/html');
+      response.end("<script>fetch('/report?opener=' + (window.opener !== null))</script>");
+    });
+    await new Promise<void>((resolve) => linked.listen(0, '127.0.0.1', resolve));
+    const href = `http://127.0.0.1:${(linked.address() as AddressInfo).port}/minutes`;
+    const writer = new CollabClient({ url: example.url, docId: 'tiptap-link', schema });
+    try {
+      await writer.ready();
+      const tr = writer.state!.tr.insertText('see the minutes', 1);
+      writer.dispatch(tr.addMark(1, 16, schema.marks['link']!.create({ href })));
+      await writer.settled();
+
+      const page = await open('tiptap-link');
+      await page.waitForSelector('.tiptap a');
+      const opened: Page[] = [];
+      page.context().on('page', (other) => opened.push(other));
+      await page.click('.tiptap a');
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      assert.deepEqual(reports, [], 'the linked page was not opened');
+      assert.equal(opened.length, 0);
+      assert.equal(new URL(page.url()).origin, example.url, 'the editor stayed');
+      await page.context().close();
+    } finally {
+      writer.close();
+      await new Promise((resolve) => linked.close(resolve));
+    }
   });
 });
