@@ -23,7 +23,17 @@ export async function startExample(
     const path = new URL(request.url ?? '/', 'http://host').pathname;
     const docMatch = /^\/docs\/([^/]+)$/.exec(path);
     if (docMatch) {
-      void collab.document(decodeURIComponent(docMatch[1]!)).then(
+      // A malformed escape (`%E0%A4%A`) makes decodeURIComponent throw, which in this handler
+      // would end the process.
+      let docId: string;
+      try {
+        docId = decodeURIComponent(docMatch[1]!);
+      } catch {
+        response.statusCode = 400;
+        response.end('not a document id');
+        return;
+      }
+      void collab.document(docId).then(
         (read) => {
           response.setHeader('content-type', 'application/json');
           if (!read) response.statusCode = 404;

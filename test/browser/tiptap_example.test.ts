@@ -174,4 +174,12 @@ describe('the Tiptap example in a browser', () => {
       await new Promise((resolve) => linked.close(resolve));
     }
   });
+
+  it('answers a document address that is not valid percent-encoding with 400, and stays up', async () => {
+    // `decodeURIComponent` threw inside the request handler, and the process exited.
+    const bad = await fetch(`${example.url}/docs/%E0%A4%A`);
+    assert.equal(bad.status, 400);
+    const good = await fetch(`${example.url}/docs/tiptap-after-bad`);
+    assert.equal(good.status, 404);
+  });
 });
