@@ -120,6 +120,17 @@ const baseNodes = new Schema({ nodes: basicNodes, marks: {} }).spec.nodes
     },
   });
 
+// The highest number an ordered list may start at.
+const maxListOrder = 999_999_999;
+
+// An `<ol>`'s `start` attribute as the list's `order`: read as browsers read it (leading
+// digits, `2.5` is 2), 1 when absent or not a number, and brought into 0–`maxListOrder`.
+function listStart(start: string | null): number {
+  const order = start === null ? NaN : parseInt(start, 10);
+  if (Number.isNaN(order)) return 1;
+  return Math.min(Math.max(order, 0), maxListOrder);
+}
+
 // `addListNodes` gives the list nodes their content and group; the bare `orderedList` spec has
 // neither, and updating with it alone would make ordered lists leaves outside `block`, which no
 // editor could create and no stored document holding one could load.
@@ -131,7 +142,15 @@ const withLists = addListNodes(baseNodes, 'paragraph block*', 'block');
 export const schema = new Schema({
   nodes: withLists.update('ordered_list', {
     ...withLists.get('ordered_list'),
-    attrs: { order: { default: 1, validate: wholeNumber('ordered list order', 0, 999_999_999) } },
+    // prosemirror-schema-list takes `start` as it is (`+start`): a pasted `<ol start="x">` or a
+    // start past the range made a node the validator refuses, and the paste threw and was lost.
+    parseDOM: [
+      {
+        tag: 'ol',
+        getAttrs: (dom: HTMLElement) => ({ order: listStart(dom.getAttribute('start')) }),
+      },
+    ],
+    attrs: { order: { default: 1, validate: wholeNumber('ordered list order', 0, maxListOrder) } },
   }),
   marks: {
     link,

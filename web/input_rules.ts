@@ -20,8 +20,10 @@ export function inputRulesPlugin(): Plugin {
       ellipsis,
       emDash,
       wrappingInputRule(/^\s*>\s$/, blockquote!),
+      // At most nine digits: the schema's largest order is 999 999 999, and a
+      // longer number made a list the schema refuses, which threw in the page.
       wrappingInputRule(
-        /^(\d+)\.\s$/,
+        /^(\d{1,9})\.\s$/,
         ordered_list!,
         (match) => ({ order: Number(match[1]) }),
         (match, node) => node.childCount + (node.attrs['order'] as number) === Number(match[1]),

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { schema } from '../../schema/index.js';
 import { artifacts, launchChromium } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 
@@ -344,6 +345,54 @@ describe('browser editor', () => {
       }, withPresence);
       assert.equal(selected, 'e', withPresence ? 'with a caret redrawn' : 'alone');
     }
+  });
+
+  it('an ordered list typed or pasted with a number outside the schema makes one it can hold', async () => {
+    // The number became the list's `order` as it was: past 999 999 999 (or not a number, from a
+    // pasted `<ol start="x">`) the schema refused it, the page threw and the paste was lost.
+    const docId = 'browser-list-order';
+    const ada = await openEditor(docId, 'Ada', '#d7263d');
+    await ada.page.locator('.ProseMirror').click();
+    await ada.page.keyboard.type('12345678901. long');
+    await ada.page.keyboard.press('Enter');
+    await ada.page.keyboard.press('Enter');
+    await ada.page.keyboard.type('7. seven');
+    await ada.page.keyboard.press('Enter');
+    await ada.page.keyboard.press('Enter');
+    for (const start of ['x', '12345678901', '-3', '2.5']) {
+      await ada.page.evaluate(
+        (start) =>
+          window.__scriptorium!.view!.pasteHTML(
+            `<ol start="${start}"><li><p>${start}</p></li></ol><p>after</p>`,
+          ),
+        start,
+      );
+      // Each list into an empty paragraph of its own, or the next would join this one.
+      await ada.page.keyboard.press('Enter');
+    }
+    const doc = JSON.parse(await converged(docId, [ada])) as {
+      content: { type: string; attrs?: { order?: number }; content?: unknown }[];
+    };
+    const lists = doc.content
+      .filter((node) => node.type === 'ordered_list')
+      .map((node) => [
+        node.attrs?.order,
+        JSON.stringify(node.content).match(/"text":"([^"]*)"/)![1],
+      ]);
+    assert.deepEqual(lists, [
+      [7, 'seven'],
+      [1, 'x'],
+      [999_999_999, '12345678901'],
+      [0, '-3'],
+      [2, '2.5'],
+    ]);
+    // A number too long for a list stays text.
+    assert.match(JSON.stringify(doc), /12345678901\. long/);
+    // The schema, which the server checks every step against, still refuses such an order.
+    assert.throws(
+      () => schema.nodes['ordered_list']!.create({ order: 12345678901 }),
+      /ordered list order/,
+    );
   });
 
   it('explains an address that is not a document, and a new document gets a fresh address', async () => {
