@@ -201,8 +201,20 @@ var latest = [];
 function render() { charts.forEach(function (c) { draw(c, latest); }); }
 
 // The metrics token, when the server needs one, from the address's fragment
-// (/dashboard#token=...): never sent to the server in the URL, so never in its logs.
-var token = new URLSearchParams(location.hash.slice(1)).get("token");
+// (/dashboard#token=...): never sent to the server in the URL, so never in its logs. Read by
+// hand rather than with URLSearchParams, which takes '+' for a space: base64 tokens
+// (openssl rand -base64) have '+' in them. Percent-encoded tokens are decoded.
+function fragmentToken() {
+  var parts = location.hash.slice(1).split("&");
+  for (var i = 0; i < parts.length; i++) {
+    var at = parts[i].indexOf("=");
+    if (at === -1 || parts[i].slice(0, at) !== "token") continue;
+    var value = parts[i].slice(at + 1);
+    try { return decodeURIComponent(value); } catch (e) { return value; }
+  }
+  return null;
+}
+var token = fragmentToken();
 var headers = token ? { Authorization: "Bearer " + token } : {};
 
 function poll() {

@@ -5,7 +5,7 @@ import type { Browser } from 'playwright-core';
 import { EditorState } from 'prosemirror-state';
 import { emptyDoc } from '../../schema/index.js';
 import { artifacts, launchChromium } from '../support/browser.js';
-import { startServerWithFakeClock } from '../support/server.js';
+import { startServer, startServerWithFakeClock } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 
 describe('the dashboard in a browser', () => {
@@ -80,4 +80,36 @@ describe('the dashboard in a browser', () => {
     await page.screenshot({ path: new URL('dashboard.png', artifacts).pathname, fullPage: true });
     await page.close();
   });
+});
+
+describe('the dashboard with a metrics token', () => {
+  // What `openssl rand -base64` (and Render's generateValue) gives: '+', '/' and '=' in it.
+  // URLSearchParams would read the '+' as a space and the server would answer 401.
+  const metricsToken = 'q+7Lk/2Zx+Wm9/Tr4+Vb==';
+  let server: Awaited<ReturnType<typeof startServer>>;
+  let browser: Browser;
+
+  before(async () => {
+    server = await startServer({ metricsToken });
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.close();
+  });
+
+  for (const [how, fragment] of [
+    ['as it is', metricsToken],
+    ['percent-encoded', encodeURIComponent(metricsToken)],
+  ]) {
+    it(`polls with a base64 token given ${how}`, async () => {
+      const page = await browser.newPage();
+      await page.goto(`${server.url}/dashboard#token=${fragment}`);
+      await page.waitForFunction(
+        () => !/Loading/.test(document.getElementById('status')!.textContent ?? ''),
+      );
+      assert.doesNotMatch((await page.textContent('#status')) ?? '', /failed/i);
+      await page.close();
+    });
+  }
 });
