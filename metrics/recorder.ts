@@ -17,10 +17,24 @@ export interface MetricsHooks {
   editors?: () => number;
   /// Documents loaded on the server, read like `editors`. Without it, the last `setDocuments`.
   documents?: () => number;
+  /// Where errors thrown under the window timer go (a listener's, a gauge hook's), as
+  /// `logger.error({ err }, message)`: a pino logger fits. Thrown from a timer they would end
+  /// the process. A manual `tick()` rethrows instead. Default: `console.error`.
+  logger?: MetricsLogger;
 }
 
+/// The one method of a logger the recorder uses (pino's signature).
+export interface MetricsLogger {
+  error(obj: { err: unknown }, msg: string): void;
+}
+
+const consoleLogger: MetricsLogger = {
+  error: (obj, msg) => console.error(msg, obj.err),
+};
+
 /// Called with each closed window, in order. A listener that throws does not stop the others;
-/// the first error is rethrown from `tick()` once all have run.
+/// the first error is rethrown from `tick()` once all have run, and under the window timer
+/// each is given to the hooks' `logger`.
 export type WindowListener = (window: MetricsWindow) => void;
 
 /// Records the server-side processing of `steps` messages and turns it into 10-second windows
@@ -45,6 +59,7 @@ export class MetricsRecorder {
   private readonly now: () => number;
   private readonly editorsHook: (() => number) | null;
   private readonly documentsHook: (() => number) | null;
+  private readonly logger: MetricsLogger;
   private editorsValue = 0;
   private documentsValue = 0;
 
@@ -77,6 +92,7 @@ export class MetricsRecorder {
     this.now = hooks.now ?? Date.now;
     this.editorsHook = hooks.editors ?? null;
     this.documentsHook = hooks.documents ?? null;
+    this.logger = hooks.logger ?? consoleLogger;
     this.totals = new Totals(this.config.latencyBucketsSeconds);
     const highest = this.config.highestLatencyMs;
     this.latency = new LatencyHistogram(highest, 3);
@@ -162,14 +178,20 @@ export class MetricsRecorder {
   /// checking the clock per message. Returns the number of windows closed (0 when disabled).
   /// Rethrows the first listener error, after every window is stored.
   tick(): number {
+    const errors: unknown[] = [];
+    const closed = this.closeElapsed(errors);
+    if (errors.length > 0) throw errors[0];
+    return closed;
+  }
+
+  /// `tick()`, collecting the listeners' errors in `errors` instead of throwing them.
+  private closeElapsed(errors: unknown[]): number {
     if (!this.enabled) return 0;
     const now = this.now();
     const windowMs = this.config.windowMs;
     let closed = 0;
-    let failure: { error: unknown } | null = null;
     while (now >= this.windowEndMs) {
-      const error = this.closeWindow();
-      if (error !== null && failure === null) failure = error;
+      this.closeWindow(errors);
       closed++;
       // After a long stall (a suspended laptop), skip the empty windows nobody keeps.
       const keptSpanMs = this.config.windowsKept * windowMs;
@@ -180,7 +202,6 @@ export class MetricsRecorder {
         this.coveredFromMs = this.windowStartMs;
       }
     }
-    if (failure !== null) throw failure.error;
     return closed;
   }
 
@@ -220,12 +241,24 @@ export class MetricsRecorder {
 
   private readonly onTimer = (): void => {
     this.timer = null;
+    const errors: unknown[] = [];
     try {
-      this.tick();
-    } finally {
-      if (this.running) this.schedule();
+      this.closeElapsed(errors);
+    } catch (err) {
+      // Not a listener's but a gauge hook's, before the window was built: it is tried again.
+      this.log(err, 'closing a metrics window failed');
     }
+    for (const err of errors) this.log(err, 'a metrics window listener failed');
+    if (this.running) this.schedule();
   };
+
+  private log(err: unknown, message: string): void {
+    try {
+      this.logger.error({ err }, message);
+    } catch {
+      // A logger that throws must not stop the timer either.
+    }
+  }
 
   private schedule(): void {
     // One millisecond late on purpose: timers may fire up to a millisecond early relative to
@@ -235,9 +268,9 @@ export class MetricsRecorder {
     this.timer.unref();
   }
 
-  /// Builds, stores and announces the current window, then opens the next. Returns the first
-  /// listener error, if any, wrapped so that a thrown `undefined` is still noticed.
-  private closeWindow(): { error: unknown } | null {
+  /// Builds, stores and announces the current window, then opens the next. Adds the errors the
+  /// listeners threw to `errors`.
+  private closeWindow(errors: unknown[]): void {
     const totals = this.totals;
     const seconds = (this.windowEndMs - this.coveredFromMs) / 1000;
     const received = totals.batchesReceived - this.receivedAtStart;
@@ -296,15 +329,13 @@ export class MetricsRecorder {
     this.coveredFromMs = this.windowStartMs;
 
     this.history.add(window);
-    let failure: { error: unknown } | null = null;
     // A copy, so a listener that unsubscribes itself does not make the loop skip the next one.
     for (const listener of [...this.listeners]) {
       try {
         listener(window);
       } catch (error) {
-        if (failure === null) failure = { error };
+        errors.push(error);
       }
     }
-    return failure;
   }
 }

@@ -75,7 +75,11 @@ export function createScriptorium(
     deps.metrics ??
     new MetricsRecorder(
       { enabled: metricsEnabled },
-      { editors: (): number => collab.editors, documents: (): number => collab.rooms.size },
+      {
+        editors: (): number => collab.editors,
+        documents: (): number => collab.rooms.size,
+        logger: log,
+      },
     );
   const collab = createCollab({
     store,

@@ -258,6 +258,32 @@ test('start() closes windows on the real clock and stop() removes the timers', a
   assert.ok(window.eventLoopUtilization !== null && window.eventLoopUtilization >= 0);
 });
 
+test('a listener that throws under the timer is logged, and the timer goes on', async () => {
+  // Thrown from the timer, the error would be uncaught and end the process (and this test).
+  const logged: { obj: object; msg: string }[] = [];
+  const logger = { error: (obj: object, msg: string) => logged.push({ obj, msg }) };
+  const recorder = new MetricsRecorder({ windowMs: 200 }, { logger });
+  const failure = new Error('a host listener failed');
+  recorder.onWindow(() => {
+    throw failure;
+  });
+  const seen: number[] = [];
+  const twoWindows = new Promise<void>((resolve) =>
+    recorder.onWindow((w) => {
+      seen.push(w.endMs);
+      if (seen.length === 2) resolve();
+    }),
+  );
+  const keepAlive = setTimeout(() => {}, 5_000);
+  recorder.start();
+  await twoWindows;
+  recorder.stop();
+  clearTimeout(keepAlive);
+  assert.ok(logged.length >= 2, "each window's failure is logged");
+  assert.deepEqual(logged[0], { obj: { err: failure }, msg: 'a metrics window listener failed' });
+  assert.equal(seen[1] - seen[0], 200, 'the next window closed on time');
+});
+
 test('out-of-range configuration is refused', () => {
   assert.throws(() => new MetricsRecorder({ windowMs: 0 }), RangeError);
   assert.throws(() => new MetricsRecorder({ windowsKept: 1.5 }), RangeError);
