@@ -9,9 +9,14 @@ import type { MetricsWindow } from './window.js';
 
 /// What the recorder needs from its surroundings, all optional.
 export interface MetricsHooks {
-  /// Wall clock in ms since the epoch; tests inject a fake one and call `tick()`. Default
-  /// `Date.now`.
+  /// Wall clock in ms since the epoch, only for labelling windows (`startMs`, `endMs`); tests
+  /// inject a fake one and call `tick()`. Default `Date.now`.
   now?: () => number;
+  /// Monotonic clock in ms, for how long windows last and when the timer fires: a wall clock
+  /// stepped back would hold windows open, one stepped forward would close a run of empty
+  /// ones. Default: `now` when it is given (a fake clock that is never stepped), else
+  /// `performance.now`.
+  monotonicNow?: () => number;
   /// Connected editors (sockets), read when a window closes and on each Prometheus scrape.
   /// Without it the recorder reports the last value given to `setEditors`.
   editors?: () => number;
@@ -38,9 +43,13 @@ const consoleLogger: MetricsLogger = {
 export type WindowListener = (window: MetricsWindow) => void;
 
 /// Records the server-side processing of `steps` messages and turns it into 10-second windows
-/// aligned to the wall clock, plus counters for Prometheus. Recording only: no network, no
-/// files; the only timers are the window timer and the event-loop delay monitor, both created
-/// by `start()` and removed by `stop()`.
+/// aligned to the wall clock, plus counters for Prometheus. Windows last 10 s of the monotonic
+/// clock, which the wall clock is checked against as each closes: a few ms of drift move the
+/// next window's end back onto the wall clock's boundary; a step (NTP correcting a clock, a
+/// virtual machine restored) relabels the open window from the new time, which then holds
+/// the time from the last window's end to the next boundary, and makes no windows of its own.
+/// Recording only: no network, no files; the only timers are the window timer and the
+/// event-loop delay monitor, both created by `start()` and removed by `stop()`.
 ///
 /// The per-message path (`record`) increments plain counters, finds the document's entry in a
 /// Map, and records into Node's native HDR histograms; reading and resetting them happens once
@@ -57,6 +66,7 @@ export class MetricsRecorder {
   // Copied out of config so the hot path reads one own field.
   private readonly enabled: boolean;
   private readonly now: () => number;
+  private readonly monotonicNow: () => number;
   private readonly editorsHook: (() => number) | null;
   private readonly documentsHook: (() => number) | null;
   private readonly logger: MetricsLogger;
@@ -72,9 +82,12 @@ export class MetricsRecorder {
   private readonly history: WindowHistory;
   private readonly listeners: WindowListener[] = [];
 
+  // The open window's labels, on the wall clock.
   private windowStartMs: number;
   private windowEndMs: number;
-  private coveredFromMs: number;
+  // When it ends and since when it counts, on the monotonic clock.
+  private windowEndMonotonic: number;
+  private coveredFromMonotonic: number;
   // Totals at the start of the current window: the window's counts are the differences.
   private receivedAtStart = 0;
   private acceptedAtStart = 0;
@@ -90,6 +103,7 @@ export class MetricsRecorder {
     this.config = resolveMetricsConfig(config);
     this.enabled = this.config.enabled;
     this.now = hooks.now ?? Date.now;
+    this.monotonicNow = hooks.monotonicNow ?? hooks.now ?? (() => performance.now());
     this.editorsHook = hooks.editors ?? null;
     this.documentsHook = hooks.documents ?? null;
     this.logger = hooks.logger ?? consoleLogger;
@@ -102,10 +116,12 @@ export class MetricsRecorder {
     this.documentTable = new DocumentTable(highest, this.config.documentHistogramsMax);
     this.processSampler = new ProcessSampler(this.config.eventLoopResolutionMs);
     this.history = new WindowHistory(this.config.windowsKept);
-    const now = this.now();
-    this.windowStartMs = now - (now % this.config.windowMs);
+    const wall = this.now();
+    const monotonic = this.monotonicNow();
+    this.windowStartMs = wall - (wall % this.config.windowMs);
     this.windowEndMs = this.windowStartMs + this.config.windowMs;
-    this.coveredFromMs = now;
+    this.windowEndMonotonic = monotonic + (this.windowEndMs - wall);
+    this.coveredFromMonotonic = monotonic;
   }
 
   /// Records one `steps` message. Timestamps are `performance.now()` readings taken by the
@@ -172,7 +188,8 @@ export class MetricsRecorder {
     return this.documentsHook === null ? this.documentsValue : this.documentsHook();
   }
 
-  /// Closes every window whose end is at or before `now()`, oldest first, storing each and
+  /// Closes every window whose end has passed on the monotonic clock (`monotonicNow()`), then
+  /// checks the labels against the wall clock (see the class); oldest first, storing each and
   /// calling the listeners. Messages are counted in the window open when they were recorded,
   /// so a late tick attributes a few milliseconds of traffic to the closing window rather than
   /// checking the clock per message. Returns the number of windows closed (0 when disabled).
@@ -187,25 +204,45 @@ export class MetricsRecorder {
   /// `tick()`, collecting the listeners' errors in `errors` instead of throwing them.
   private closeElapsed(errors: unknown[]): number {
     if (!this.enabled) return 0;
-    const now = this.now();
+    const monotonic = this.monotonicNow();
     const windowMs = this.config.windowMs;
     let closed = 0;
-    while (now >= this.windowEndMs) {
+    while (monotonic >= this.windowEndMonotonic) {
       this.closeWindow(errors);
       closed++;
-      // After a long stall (a suspended laptop), skip the empty windows nobody keeps.
-      const keptSpanMs = this.config.windowsKept * windowMs;
-      if (now - this.windowStartMs > keptSpanMs + windowMs) {
-        const alignedNow = now - (now % windowMs);
-        this.windowStartMs = alignedNow - keptSpanMs;
-        this.windowEndMs = this.windowStartMs + windowMs;
-        this.coveredFromMs = this.windowStartMs;
+      // After a long stall (the event loop blocked; a suspended machine's monotonic clock
+      // stops), skip the empty windows nobody keeps: windowsKept of them remain to close.
+      const sinceStartMs = monotonic - this.coveredFromMonotonic;
+      if (sinceStartMs > (this.config.windowsKept + 1) * windowMs) {
+        const skipMs = (Math.floor(sinceStartMs / windowMs) - this.config.windowsKept) * windowMs;
+        this.windowStartMs += skipMs;
+        this.windowEndMs += skipMs;
+        this.windowEndMonotonic += skipMs;
+        this.coveredFromMonotonic = this.windowEndMonotonic - windowMs;
       }
     }
+    if (closed > 0) this.followWallClock(monotonic);
     return closed;
   }
 
-  /// Starts the window timer (firing just after each wall-clock window end) and the event-loop
+  /// Keeps the open window's labels on the wall clock (see the class): how far the wall clock
+  /// is from where it would be had it run with the monotonic clock since the labels were set.
+  private followWallClock(monotonic: number): void {
+    const windowMs = this.config.windowMs;
+    const wall = this.now();
+    const offsetMs = wall - (this.windowEndMs - (this.windowEndMonotonic - monotonic));
+    if (Math.abs(offsetMs) < windowMs / 2) {
+      // Drift: the window ends when the wall clock reaches its label.
+      this.windowEndMonotonic = monotonic + (this.windowEndMs - wall);
+    } else {
+      // A step: relabelled from the new time, it still counts since the last window's end.
+      this.windowStartMs = wall - (wall % windowMs);
+      this.windowEndMs = this.windowStartMs + windowMs;
+      this.windowEndMonotonic = monotonic + (this.windowEndMs - wall);
+    }
+  }
+
+  /// Starts the window timer (firing just after each window's end) and the event-loop
   /// delay monitor. Both are unref'd so they never keep the process alive. Does nothing when
   /// disabled or already started.
   start(): void {
@@ -262,8 +299,8 @@ export class MetricsRecorder {
 
   private schedule(): void {
     // One millisecond late on purpose: timers may fire up to a millisecond early relative to
-    // the wall clock, and an early tick would close nothing and spin once more.
-    const delayMs = Math.max(0, this.windowEndMs - this.now()) + 1;
+    // the clock, and an early tick would close nothing and spin once more.
+    const delayMs = Math.max(0, this.windowEndMonotonic - this.monotonicNow()) + 1;
     this.timer = setTimeout(this.onTimer, delayMs);
     this.timer.unref();
   }
@@ -272,7 +309,8 @@ export class MetricsRecorder {
   /// listeners threw to `errors`.
   private closeWindow(errors: unknown[]): void {
     const totals = this.totals;
-    const seconds = (this.windowEndMs - this.coveredFromMs) / 1000;
+    const coveredMs = this.windowEndMonotonic - this.coveredFromMonotonic;
+    const seconds = coveredMs / 1000;
     const received = totals.batchesReceived - this.receivedAtStart;
     const accepted = totals.batchesAccepted - this.acceptedAtStart;
     const stepsReceived = totals.stepsReceived - this.stepsReceivedAtStart;
@@ -287,7 +325,7 @@ export class MetricsRecorder {
     const window: MetricsWindow = {
       startMs: this.windowStartMs,
       endMs: this.windowEndMs,
-      coveredMs: this.windowEndMs - this.coveredFromMs,
+      coveredMs: Math.round(coveredMs),
       editors: this.editors(),
       documents: this.documents(),
       batchesReceived: received,
@@ -326,7 +364,8 @@ export class MetricsRecorder {
     this.stepsAcceptedAtStart = totals.stepsAccepted;
     this.windowStartMs = this.windowEndMs;
     this.windowEndMs += this.config.windowMs;
-    this.coveredFromMs = this.windowStartMs;
+    this.coveredFromMonotonic = this.windowEndMonotonic;
+    this.windowEndMonotonic += this.config.windowMs;
 
     this.history.add(window);
     // A copy, so a listener that unsubscribes itself does not make the loop skip the next one.

@@ -9,8 +9,10 @@ export interface MetricsWindow {
   startMs: number;
   /// Wall-clock end (exclusive), `startMs` plus the window length.
   endMs: number;
-  /// How much of the window the recorder observed: less than the window length only for the
-  /// window the recorder was created in. Rates divide by this.
+  /// How much time the window held, measured on the monotonic clock (whole ms): the window
+  /// length but for the window the recorder was created in (less), one open when the wall
+  /// clock was stepped (more or less; see `MetricsRecorder`), and drift of a few ms as the
+  /// windows keep to the wall clock's boundaries. Rates divide by this.
   coveredMs: number;
   /// Connected editors (sockets) when the window closed.
   editors: number;

@@ -58,4 +58,43 @@ describe('the server records every steps message in its metrics', () => {
       socket.close();
     }
   });
+
+  it('keeps 10-s windows of real traffic through wall-clock steps back and forward', async () => {
+    const socket = rawSocket(server.url, 'stepped', 's');
+    let doc = emptyDoc();
+    let version = 0;
+    const edit = async () => {
+      const tr = EditorState.create({ doc }).tr.insertText('x', 1);
+      doc = tr.doc;
+      const answer = await ask<{ ok: boolean }>(socket, 'steps', {
+        version: version++,
+        steps: tr.steps.map((step) => step.toJSON()),
+      });
+      assert.equal(answer.ok, true);
+    };
+    try {
+      await ask(socket, 'join', {});
+      server.advance(10_000);
+      const before = server.metrics.windows(1)[0]!.endMs;
+      for (const stepMs of [-3_600_000, 86_400_000]) {
+        await edit();
+        server.stepWallClock(stepMs);
+        assert.equal(server.advance(10_000), 1, 'a window closes 10 s later, and only one');
+      }
+      await edit();
+      assert.equal(server.advance(10_000), 1);
+      const response = await fetch(`${server.url}/metrics/windows?last=3`);
+      const { windows } = (await response.json()) as { windows: Record<string, number>[] };
+      assert.deepEqual(
+        windows.map((w) => [w['endMs']! - before, w['coveredMs'], w['batchesAcceptedPerSec']]),
+        [
+          [10_000, 10_000, 0.1],
+          [20_000 - 3_600_000, 10_000, 0.1],
+          [30_000 - 3_600_000 + 86_400_000, 10_000, 0.1],
+        ],
+      );
+    } finally {
+      socket.close();
+    }
+  });
 });

@@ -36,17 +36,24 @@ export async function startServer(
   };
 }
 
-/// A test server whose metrics run on a fake clock: windows close when `advance` says, not
-/// every 10 s. `advance(ms)` moves the clock and closes the windows that ended.
-export async function startServerWithFakeClock(
-  startMs: number,
-): Promise<TestServer & { metrics: MetricsRecorder; advance(ms: number): number }> {
-  let now = startMs;
+/// A test server whose metrics run on fake clocks: windows close when `advance` says, not
+/// every 10 s. `advance(ms)` moves both the wall clock and the monotonic one (time passing)
+/// and closes the windows that ended; `stepWallClock(ms)` moves only the wall clock, as NTP
+/// correcting it would.
+export async function startServerWithFakeClock(startMs: number): Promise<
+  TestServer & {
+    metrics: MetricsRecorder;
+    advance(ms: number): number;
+    stepWallClock(ms: number): void;
+  }
+> {
+  const clock = { wall: startMs, monotonic: 0 };
   let server: TestServer | null = null;
   const metrics = new MetricsRecorder(
     { enabled: true },
     {
-      now: () => now,
+      now: () => clock.wall,
+      monotonicNow: () => clock.monotonic,
       editors: () => server?.server.io.engine.clientsCount ?? 0,
       documents: () => server?.server.rooms.size ?? 0,
     },
@@ -56,8 +63,12 @@ export async function startServerWithFakeClock(
     ...server,
     metrics,
     advance(ms: number) {
-      now += ms;
+      clock.wall += ms;
+      clock.monotonic += ms;
       return metrics.tick();
+    },
+    stepWallClock(ms: number) {
+      clock.wall += ms;
     },
   };
 }

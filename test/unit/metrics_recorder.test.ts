@@ -157,6 +157,110 @@ test('after a long stall only windowsKept empty windows are produced', () => {
   );
 });
 
+/// A recorder on two fake clocks: `advance` moves both (time passing), `step` only the wall
+/// clock (NTP correcting it, a virtual machine restored).
+function twoClockRecorder(startMs: number): {
+  recorder: MetricsRecorder;
+  closed: MetricsWindow[];
+  advance(ms: number): number;
+  step(ms: number): void;
+} {
+  const clock = { wall: startMs, monotonic: 5_000 };
+  const recorder = new MetricsRecorder(
+    {},
+    { now: () => clock.wall, monotonicNow: () => clock.monotonic },
+  );
+  const closed: MetricsWindow[] = [];
+  recorder.onWindow((window) => closed.push(window));
+  return {
+    recorder,
+    closed,
+    advance(ms) {
+      clock.wall += ms;
+      clock.monotonic += ms;
+      return recorder.tick();
+    },
+    step(ms) {
+      clock.wall += ms;
+    },
+  };
+}
+
+test('a wall clock stepped back: windows still close every 10 s, labelled by the new time', () => {
+  const { recorder, closed, advance, step } = twoClockRecorder(base);
+  for (let i = 0; i < 100; i++) message(recorder, 'alpha', 'accepted', 1);
+  assert.equal(advance(10_000), 1);
+  step(-3_600_000);
+  for (let window = 0; window < 3; window++) {
+    for (let i = 0; i < 100; i++) message(recorder, 'alpha', 'accepted', 1);
+    assert.equal(advance(10_000), 1, 'a window closes 10 s after the last');
+  }
+  assert.deepEqual(
+    closed.map((w) => [w.endMs - base, w.coveredMs, w.batchesAcceptedPerSec]),
+    [
+      [10_000, 10_000, 10],
+      // Open when the clock was stepped: labelled as it began.
+      [20_000, 10_000, 10],
+      [30_000 - 3_600_000, 10_000, 10],
+      [40_000 - 3_600_000, 10_000, 10],
+    ],
+  );
+});
+
+test('a wall clock stepped forward makes no run of empty windows', () => {
+  const { recorder, closed, advance, step } = twoClockRecorder(base);
+  for (let window = 0; window < 180; window++) {
+    message(recorder, 'alpha', 'accepted', 1);
+    advance(10_000);
+  }
+  message(recorder, 'alpha', 'accepted', 1);
+  step(86_400_000);
+  assert.equal(advance(3_000), 0, 'only 3 s went by');
+  assert.equal(advance(7_000), 1);
+  message(recorder, 'alpha', 'accepted', 1);
+  assert.equal(advance(10_000), 1);
+  assert.equal(closed.length, 182);
+  assert.ok(
+    closed.every((w) => w.batchesAccepted === 1 && w.coveredMs === 10_000),
+    'every window has its traffic and its 10 s',
+  );
+  assert.deepEqual(
+    closed.slice(-2).map((w) => w.endMs - base),
+    [1_810_000, 1_820_000 + 86_400_000],
+  );
+  assert.equal(recorder.windows(360).length, 182, 'the history before the step is kept');
+});
+
+test('the window timer runs on the monotonic clock: a step back does not hold it', async () => {
+  let offset = 0;
+  const recorder = new MetricsRecorder(
+    { windowMs: 200 },
+    { now: () => Date.now() + offset, monotonicNow: () => performance.now() },
+  );
+  const ends: number[] = [];
+  const twoWindows = new Promise<void>((resolve) =>
+    recorder.onWindow((w) => {
+      ends.push(w.endMs);
+      // Stepped back an hour once the first window closed.
+      offset = -3_600_000;
+      if (ends.length === 2) resolve();
+    }),
+  );
+  const keepAlive = setTimeout(() => {}, 5_000);
+  const timeout = new Promise<void>((_, reject) =>
+    setTimeout(() => reject(new Error('no second window within 2 s')), 2_000).unref(),
+  );
+  recorder.start();
+  try {
+    await Promise.race([twoWindows, timeout]);
+  } finally {
+    recorder.stop();
+    clearTimeout(keepAlive);
+  }
+  // Closed within 2 s rather than an hour, and labelled by the new time.
+  assert.equal(ends[1] - ends[0], 200 - 3_600_000);
+});
+
 test('top documents are the busiest by accepted batches, limited to topDocuments', () => {
   const { recorder, clock, closed } = fakeClockRecorder(base, { topDocuments: 3 });
   // doc-k gets k accepted batches; doc-0 gets only rejections.
