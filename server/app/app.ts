@@ -193,7 +193,7 @@ export function createScriptorium(
   }
 }
 
-/// Stores that can be asked whether they answer (Redis).
+/// Stores that can be asked whether they answer (Redis, files).
 function isPingable(store: Store): store is Store & { ping(): Promise<void> } {
   return typeof (store as { ping?: unknown }).ping === 'function';
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import {
   closeSync,
+  constants,
   fsyncSync,
   mkdirSync,
   openSync,
@@ -11,11 +12,11 @@ import {
   unlinkSync,
   writeSync,
 } from 'node:fs';
-import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
+import { access, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
 import { docIdPattern } from '../../schema/index.js';
-import { DirectoryLock } from './directory_lock.js';
+import { DirectoryLock, lockFileName } from './directory_lock.js';
 import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
 import {
   WriteAheadLog,
@@ -268,6 +269,8 @@ export class FileStore implements Store {
   private closed = false;
   private closing: Promise<void> | null = null;
   private running = 0;
+  /// The check of the data directory in flight (see `ping`).
+  private directoryCheck: Promise<void> | null = null;
 
   /// Opens `options.dataDir`: creates it if needed, takes its lock, removes temporary files
   /// left by a crash and replays the write-ahead log into the journals. Synchronous, so that a
@@ -348,6 +351,39 @@ export class FileStore implements Store {
   async reset(docId: string, snapshot: Snapshot, expected: StoredPosition): Promise<ResetOutcome> {
     const doc = this.doc(docId);
     return this.bounded(doc, 'reset', () => this.writeReset(doc, snapshot, expected));
+  }
+
+  /// Checks, cheaply, that documents can still be loaded and stored: the data directory is
+  /// writable and still holds the store's lock file (a directory removed, moved away or
+  /// replaced has none; every file the store opens is under it). Resolves when it does;
+  /// rejects with `StoreUnavailableError` when it does not, when the store is closed, or after
+  /// `timeoutMs` (a hung disk). For health checks. A full disk is not noticed.
+  ping(): Promise<void> {
+    if (this.closed) return Promise.reject(new StoreUnavailableError('file store: closed'));
+    // One check at a time, shared: on a hung disk each would hold one of libuv's pool threads,
+    // which loads and appends need, and a load balancer keeps asking.
+    this.directoryCheck ??= this.checkDirectory().finally(() => {
+      this.directoryCheck = null;
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const message = `file store: ${this.dataDir} did not answer within ${this.timeoutMs} ms`;
+        reject(new StoreUnavailableError(message));
+      }, this.timeoutMs);
+    });
+    return Promise.race([this.directoryCheck, expired]).finally(() => clearTimeout(timer));
+  }
+
+  private async checkDirectory(): Promise<void> {
+    try {
+      await access(this.dataDir, constants.W_OK);
+      await stat(join(this.dataDir, lockFileName));
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      const message = `file store: ${this.dataDir} cannot be used (${String(code)})`;
+      throw new StoreUnavailableError(message, { cause: error });
+    }
   }
 
   /// Refuses new operations, waits (at most `timeoutMs`) for those already queued and for a

@@ -7,6 +7,7 @@ import {
   readdir,
   readFile,
   realpath,
+  rename,
   rm,
   stat,
   symlink,
@@ -26,6 +27,7 @@ import { FileStore } from '../../server/stores/file_store.js';
 import { StoreUnavailableError } from '../../server/stores/store.js';
 import { releaseReader, releaseWriter, wedge } from '../support/fifo.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
+import { startServer } from '../support/server.js';
 import { delay } from '../support/wait.js';
 
 const tempDirs: string[] = [];
@@ -376,5 +378,31 @@ describe('FileStore timeouts (a hung disk: a FIFO in place of a file)', () => {
     // A stuck write may still land: nobody else may open the directory meanwhile.
     assert.throws(() => new FileStore({ dataDir: dir }), DirectoryLockedError);
     assert.match(await releaseWriter(`${state}.tmp`), /"docId":"snap"/);
+  });
+});
+
+describe('FileStore readiness', () => {
+  it('/readyz answers 503 while the data directory is gone, and 200 once it is back', async () => {
+    const dir = join(await dataDir(), 'data');
+    const store = new FileStore({ dataDir: dir, timeoutMs: 500 });
+    const server = await startServer({}, store);
+    const ready = async () => {
+      const response = await fetch(`${server.url}/readyz`);
+      return [response.status, ((await response.json()) as { message?: string }).message];
+    };
+    try {
+      assert.deepEqual(await ready(), [200, undefined]);
+      // Moved away (a volume unmounted): nothing could be loaded or stored.
+      await rename(dir, `${dir}.away`);
+      assert.deepEqual(await ready(), [503, 'the store does not answer']);
+      await rename(`${dir}.away`, dir);
+      assert.deepEqual(await ready(), [200, undefined]);
+      // Replaced by an empty directory: writable, but not the store's (its lock is gone).
+      await rm(dir, { recursive: true });
+      await mkdir(dir);
+      assert.deepEqual(await ready(), [503, 'the store does not answer']);
+    } finally {
+      await server.close();
+    }
   });
 });
