@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { docIdPattern } from '../../schema/index.js';
 import { parseDuration, signToken } from '../protocol/auth.js';
 
 // `npm run -s token -- --doc ID --access write --ttl 1h [--user NAME]`: prints a token signed
@@ -35,6 +36,19 @@ if (values.help) {
 const secret = process.env['AUTH_SECRET'];
 if (!secret) fail('AUTH_SECRET is not set');
 if (!values.doc) fail('--doc is required');
+// What the server would refuse, refused here rather than printed: a document id it serves no
+// document under, or a prefix no id has (checked as the prefix of one), and a user outside
+// the 1 to 256 characters its token check allows.
+const prefix = values.doc.endsWith('*') ? values.doc.slice(0, -1) : null;
+if (!docIdPattern.test(prefix === null ? values.doc : `${prefix}x`)) {
+  fail(
+    "--doc must be a document id (1 to 128 letters, digits, '.', '_', ':' or '-', not '.' " +
+      "or '..'), such an id's prefix followed by '*', or '*'",
+  );
+}
+if (values.user.length === 0 || values.user.length > 256) {
+  fail('--user must be 1 to 256 characters');
+}
 if (values.access !== 'read' && values.access !== 'write') fail('--access must be read or write');
 const ttlSeconds = parseDuration(values.ttl);
 if (ttlSeconds === null || ttlSeconds === 0) fail('--ttl must be like 90s, 15m, 1h or 7d');
