@@ -96,6 +96,7 @@ export function createScriptorium(
     nodeId,
     draining: () => collab.draining,
     sockets: () => collab.editors,
+    healthCounts: !metricsToken,
     readGuard: verifier ? documentReadGuard(verifier) : openReadGuard(allowedOrigins),
     notReady: async () => {
       if (collab.draining) return 'shutting down';

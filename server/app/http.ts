@@ -19,6 +19,9 @@ export interface HttpContext {
   nodeId: string;
   draining: () => boolean;
   sockets: () => number;
+  /// Whether `/healthz` shows the documents and sockets counts: not when a metrics token
+  /// hides the same numbers on `/metrics` (`/healthz` is public, through the gateway too).
+  healthCounts: boolean;
   /// Why the server should not be sent traffic now (the store does not answer, leases cannot
   /// be renewed, shutting down), or null when it is ready.
   notReady: () => Promise<string | null>;
@@ -114,6 +117,7 @@ export function createHttpApp(context: HttpContext): Express {
 
   app.get('/healthz', (_req, res) => {
     if (context.draining()) return sendError(res, 'shutting-down');
+    if (!context.healthCounts) return res.json({ ok: true, store: context.storeKind });
     res.json({
       ok: true,
       store: context.storeKind,

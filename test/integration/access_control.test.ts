@@ -371,6 +371,28 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
     }
     assert.equal((await fetch(`${server.url}/dashboard`)).status, 200);
   });
+
+  it('/healthz leaves out the counts the metrics token hides', async () => {
+    const socket = await connect(server, 'counted', {
+      clientID: 'h1',
+      token: await token('ann', 'counted', 'write'),
+    });
+    try {
+      const health = await fetch(`${server.url}/healthz`);
+      assert.equal(health.status, 200);
+      assert.deepEqual(await health.json(), { ok: true, store: 'memory' });
+    } finally {
+      socket.close();
+    }
+    // Without a metrics token they are there, as before.
+    const open = await startServer({ ...noAdmissionLimits, authSecret: secret });
+    try {
+      const health = (await (await fetch(`${open.url}/healthz`)).json()) as object;
+      assert.deepEqual(Object.keys(health), ['ok', 'store', 'documents', 'sockets']);
+    } finally {
+      await open.close();
+    }
+  });
 });
 
 describe('document ids in metrics', () => {
