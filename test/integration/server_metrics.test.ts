@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
 import { emptyDoc } from '../../schema/index.js';
 import { startServerWithFakeClock } from '../support/server.js';
+import { Manager } from 'socket.io-client';
 import { ask, rawSocket } from '../support/socket.js';
 
 describe('the server records every steps message in its metrics', () => {
@@ -16,7 +17,17 @@ describe('the server records every steps message in its metrics', () => {
 
   it('counts accepted batches, steps and refusals by code, and exposes them as windows and Prometheus', async () => {
     const socket = rawSocket(server.url, 'measured', 'm');
+    // A connection still in its handshake (open, in no namespace yet) is no editor: the
+    // editors gauge, which reads the server's own count, must not count it.
+    const handshaking = new Manager(server.url, {
+      transports: ['websocket'],
+      reconnection: false,
+      autoConnect: false,
+    });
     try {
+      await new Promise<void>((resolve, reject) =>
+        handshaking.open((error) => (error ? reject(error) : resolve())),
+      );
       await ask(socket, 'join', {});
       let doc = emptyDoc();
       for (let version = 0; version < 5; version++) {
@@ -54,8 +65,10 @@ describe('the server records every steps message in its metrics', () => {
       assert.match(text, /^scriptorium_steps_batches_total\{outcome="stale"\} 1$/m);
       assert.match(text, /^scriptorium_steps_accepted_total 10$/m);
       assert.match(text, /^scriptorium_steps_latency_seconds_count 7$/m);
+      assert.match(text, /^scriptorium_editors_connected 1$/m);
     } finally {
       socket.close();
+      handshaking.engine.close();
     }
   });
 

@@ -54,8 +54,10 @@ export async function startServerWithFakeClock(startMs: number): Promise<
     {
       now: () => clock.wall,
       monotonicNow: () => clock.monotonic,
-      editors: () => server?.server.io.engine.clientsCount ?? 0,
-      documents: () => server?.server.rooms.size ?? 0,
+      // The hooks the server gives its own recorder (server/app/app.ts), so that what the
+      // tests read of editors and documents is what production reports.
+      editors: () => server?.server.collab.editors ?? 0,
+      documents: () => server?.server.collab.rooms.size ?? 0,
     },
   );
   server = await startServer({}, undefined, metrics);
