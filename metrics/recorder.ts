@@ -282,12 +282,27 @@ export class MetricsRecorder {
     try {
       this.closeElapsed(errors);
     } catch (err) {
-      // Not a listener's but a gauge hook's, before the window was built: it is tried again.
+      // Neither a listener's nor a gauge hook's (both are caught where they run): tried again
+      // a second later at the soonest, so that an error that recurs cannot spin the timer.
       this.log(err, 'closing a metrics window failed');
+      if (this.running) this.schedule(1000);
+      return;
     }
     for (const err of errors) this.log(err, 'a metrics window listener failed');
     if (this.running) this.schedule();
   };
+
+  /// A gauge hook's answer for a closing window, or 0 when it throws: the error is logged, and
+  /// the window is still built, so a hook that always fails costs a line per window instead
+  /// of stopping the windows (and retrying every millisecond).
+  private gauge(read: () => number): number {
+    try {
+      return read.call(this);
+    } catch (err) {
+      this.log(err, 'a metrics gauge hook failed');
+      return 0;
+    }
+  }
 
   private log(err: unknown, message: string): void {
     try {
@@ -297,10 +312,10 @@ export class MetricsRecorder {
     }
   }
 
-  private schedule(): void {
+  private schedule(atLeastMs = 0): void {
     // One millisecond late on purpose: timers may fire up to a millisecond early relative to
     // the clock, and an early tick would close nothing and spin once more.
-    const delayMs = Math.max(0, this.windowEndMonotonic - this.monotonicNow()) + 1;
+    const delayMs = Math.max(atLeastMs, this.windowEndMonotonic - this.monotonicNow()) + 1;
     this.timer = setTimeout(this.onTimer, delayMs);
     this.timer.unref();
   }
@@ -326,8 +341,8 @@ export class MetricsRecorder {
       startMs: this.windowStartMs,
       endMs: this.windowEndMs,
       coveredMs: Math.round(coveredMs),
-      editors: this.editors(),
-      documents: this.documents(),
+      editors: this.gauge(this.editors),
+      documents: this.gauge(this.documents),
       batchesReceived: received,
       batchesAccepted: accepted,
       stepsReceived,

@@ -215,7 +215,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
     options.metrics ||
     new MetricsRecorder(
       { enabled: options.metrics !== false },
-      { editors, documents: (): number => rooms.size },
+      { editors, documents: (): number => rooms.size, logger: log },
     );
   // Left out entirely when metrics are off, so the hot path skips the call.
   const observer = metrics.config.enabled ? metrics : null;

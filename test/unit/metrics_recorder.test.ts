@@ -388,6 +388,41 @@ test('a listener that throws under the timer is logged, and the timer goes on', 
   assert.equal(seen[1] - seen[0], 200, 'the next window closed on time');
 });
 
+test('a gauge hook that throws is logged once per window, and the windows go on', async () => {
+  // Before, the window could not be built, the timer came back a millisecond later, and the
+  // error was logged about a thousand times a second.
+  const logged: { obj: object; msg: string }[] = [];
+  const logger = { error: (obj: object, msg: string) => logged.push({ obj, msg }) };
+  const failure = new Error('the editors hook failed');
+  const recorder = new MetricsRecorder(
+    { windowMs: 200 },
+    {
+      logger,
+      editors: () => {
+        throw failure;
+      },
+      documents: () => 3,
+    },
+  );
+  const seen: MetricsWindow[] = [];
+  const twoWindows = new Promise<void>((resolve) =>
+    recorder.onWindow((w) => {
+      seen.push(w);
+      if (seen.length === 2) resolve();
+    }),
+  );
+  const keepAlive = setTimeout(() => {}, 5_000);
+  recorder.start();
+  await twoWindows;
+  recorder.stop();
+  clearTimeout(keepAlive);
+  assert.equal(logged.length, 2, 'one line per window');
+  assert.deepEqual(logged[0], { obj: { err: failure }, msg: 'a metrics gauge hook failed' });
+  assert.equal(seen[0]!.editors, 0);
+  assert.equal(seen[0]!.documents, 3);
+  assert.equal(seen[1]!.endMs - seen[0]!.endMs, 200);
+});
+
 test('out-of-range configuration is refused', () => {
   assert.throws(() => new MetricsRecorder({ windowMs: 0 }), RangeError);
   assert.throws(() => new MetricsRecorder({ windowsKept: 1.5 }), RangeError);
