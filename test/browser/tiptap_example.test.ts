@@ -5,9 +5,11 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { CollabClient } from '../../client/index.js';
+import type { StepsAnswer, SyncAnswer } from '../../schema/index.js';
 import { schema } from '../../examples/tiptap/extensions.js';
 import { startExample } from '../../examples/tiptap/server.js';
 import { launchChromium } from '../support/browser.js';
+import { ask, rawSocket } from '../support/socket.js';
 
 // The Tiptap example end to end, in real Chromium: two pages on one document type, make text
 // bold, make a heading and a bullet list (through Tiptap's own shortcuts and input rules), and
@@ -171,6 +173,61 @@ describe('the Tiptap example in a browser', () => {
       await page.context().close();
     } finally {
       writer.close();
+      await new Promise((resolve) => linked.close(resolve));
+    }
+  });
+
+  it("a link sent with rel=opener opens its page without the editor's window as opener", async () => {
+    // Tiptap's Link kept `rel`, `target` and `class` as attributes of the mark, which any
+    // collaborator sets in a step, and rendered them as stored: `rel="opener"` with
+    // `target="_blank"` gave the opened page `window.opener` when the link was clicked where
+    // the browser follows it (a read-only page, a middle click), and the page could send the
+    // editor's tab elsewhere. This page reports whether it has an opener.
+    const reports: string[] = [];
+    const linked = createServer((request, response) => {
+      reports.push(request.url ?? '');
+      response.setHeader('content-type', 'text/html');
+      response.end("<script>fetch('/report?opener=' + (window.opener !== null))</script>");
+    });
+    await new Promise<void>((resolve) => linked.listen(0, '127.0.0.1', resolve));
+    const href = `http://127.0.0.1:${(linked.address() as AddressInfo).port}/minutes`;
+    // A step written by hand, over a bare socket: no editor of the example makes this mark.
+    const socket = rawSocket(example.url, 'tiptap-opener', 'crafted');
+    try {
+      const joined = await ask<SyncAnswer>(socket, 'join', {});
+      assert.ok(joined.ok, JSON.stringify(joined));
+      const attrs = { href, rel: 'opener', target: '_blank', class: 'tiptap' };
+      const text = { type: 'text', text: 'the minutes', marks: [{ type: 'link', attrs }] };
+      const step = { stepType: 'replace', from: 1, to: 1, slice: { content: [text] } };
+      const answer = await ask<StepsAnswer>(socket, 'steps', {
+        version: joined.version,
+        steps: [step],
+      });
+      // The schema has no such attributes: the step is taken, without them.
+      assert.ok(answer.ok, JSON.stringify(answer));
+      const served = await (await fetch(`${example.url}/docs/tiptap-opener`)).text();
+      assert.ok(served.includes(href), served);
+      assert.doesNotMatch(served, /opener|"target"|"class"/);
+
+      const page = await open('tiptap-opener', '&readonly=1');
+      const anchor = await page.waitForSelector('.tiptap a');
+      assert.equal(await anchor.getAttribute('rel'), 'noopener noreferrer nofollow');
+      assert.equal(await anchor.getAttribute('target'), '_blank');
+      // The observer's view is not editable, so the browser follows the click, in a new tab.
+      const opened = page.context().waitForEvent('page');
+      await anchor.click();
+      await (await opened).waitForLoadState();
+      const deadline = Date.now() + 5_000;
+      const opener = () => reports.filter((url) => url.startsWith('/report'));
+      while (opener().length === 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      // (The browser may ask for /favicon.ico too.)
+      assert.equal(reports[0], '/minutes');
+      assert.deepEqual(opener(), ['/report?opener=false']);
+      await page.context().close();
+    } finally {
+      socket.close();
       await new Promise((resolve) => linked.close(resolve));
     }
   });
