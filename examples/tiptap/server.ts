@@ -6,6 +6,8 @@ import { Server } from 'socket.io';
 // In your app: `import { createCollab, FileStore } from 'scriptorium'`. The example imports
 // the repository's build by path so that it runs from a fresh clone after `npm run build`.
 import { createCollab, MemoryStore, type Collab } from '../../server/index.js';
+// In your app: `from 'scriptorium/schema'`.
+import { docIdPattern, errorBody } from '../../schema/index.js';
 import { schema } from './extensions.js';
 
 /// The host app of the example: its own http server (the page, its script, and a read-only
@@ -24,13 +26,19 @@ export async function startExample(
     const docMatch = /^\/docs\/([^/]+)$/.exec(path);
     if (docMatch) {
       // A malformed escape (`%E0%A4%A`) makes decodeURIComponent throw, which in this handler
-      // would end the process.
-      let docId: string;
+      // would end the process. An id that decodes but is not one (a space, a `}`, too long)
+      // makes the store throw, which is no failure of the server: both are answered as the
+      // standalone server answers them.
+      let docId: string | null;
       try {
         docId = decodeURIComponent(docMatch[1]!);
       } catch {
+        docId = null;
+      }
+      if (docId === null || !docIdPattern.test(docId)) {
         response.statusCode = 400;
-        response.end('not a document id');
+        response.setHeader('content-type', 'application/json');
+        response.end(JSON.stringify(errorBody('bad-document-id')));
         return;
       }
       void collab.document(docId).then(

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { CollabClient } from '../../client/index.js';
-import type { StepsAnswer, SyncAnswer } from '../../schema/index.js';
+import { errorBody, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
 import { schema } from '../../examples/tiptap/extensions.js';
 import { startExample } from '../../examples/tiptap/server.js';
 import { launchChromium } from '../support/browser.js';
@@ -238,5 +238,16 @@ describe('the Tiptap example in a browser', () => {
     assert.equal(bad.status, 400);
     const good = await fetch(`${example.url}/docs/tiptap-after-bad`);
     assert.equal(good.status, 404);
+  });
+
+  it('answers a document id that is not one with 400 bad-document-id, as the server does', async () => {
+    // Well encoded, but not a document id (a space, 129 characters, a `}`, a `/`): the store
+    // threw on it and the example answered 500 with no body, as if it had failed.
+    for (const id of ['bad%20id', 'a'.repeat(129), 'a%7Db', 'a%2Fb', '%E0%A4%A']) {
+      const answer = await fetch(`${example.url}/docs/${id}`);
+      assert.equal(answer.status, 400, id);
+      assert.match(answer.headers.get('content-type') ?? '', /^application\/json/, id);
+      assert.deepEqual(await answer.json(), errorBody('bad-document-id'), id);
+    }
   });
 });
