@@ -21,6 +21,7 @@ import {
   type SyncAnswer,
 } from '../schema/index.js';
 import { differenceMap } from './doc_diff.js';
+import { stepOverLimits } from './step_limits.js';
 
 /// Where a client stands: `connecting` (joining or catching up), `synced` (connected, nothing
 /// unconfirmed), `sending` (connected, local steps waiting for confirmation), `offline`
@@ -630,12 +631,14 @@ export class CollabClient {
     }
     if (this.suspect > sendable.steps.length) this.suspect = sendable.steps.length;
     const steps = this.nextBatch(sendable.steps);
-    if (steps === null) {
-      // One step bigger than the server takes in a message: sending it could only close the
-      // connection (over twice the limit) or be refused; neither would ever change. It alone
-      // is dropped, here, and the steps after it go on.
+    if (!Array.isArray(steps)) {
+      // A step bigger than the server takes in a message, or one its payload gate would refuse
+      // (a string or a nesting over its limits): sending it could only close the connection
+      // (over twice the message limit) or be refused, a strike against the connection each
+      // time; neither would ever change. It alone is dropped, here, and the steps after it go
+      // on.
       if (this.suspect > 0) this.suspect--;
-      this.dropRefused(errorBody('too-large', 'A local step is larger than the server takes'));
+      this.dropRefused(steps);
       this.trySend();
       return;
     }
@@ -651,9 +654,10 @@ export class CollabClient {
   }
 
   /// The JSON of the next batch: the first unconfirmed steps, as many as `batchLimit` and the
-  /// server's limits allow (always one at least), or null when the first alone is over the
-  /// server's message size.
-  private nextBatch(unconfirmed: readonly Step[]): StepJSON[] | null {
+  /// server's limits allow, up to the first the server would refuse (`stepOverLimits`); or,
+  /// when the first step alone is one the server would refuse (over its message size, a
+  /// string or a nesting over its payload limits), the refusal to drop it with.
+  private nextBatch(unconfirmed: readonly Step[]): StepJSON[] | ErrorBody {
     const limits = this.limits;
     // Suspect steps go on their own, never with steps after them the server has not refused.
     const maxSteps = Math.min(
@@ -670,7 +674,13 @@ export class CollabClient {
       const json = unconfirmed[i]!.toJSON() as StepJSON;
       const size = utf8Length(JSON.stringify(json)) + 1;
       if (steps.length > 0 && bytes + size > maxBytes) break;
-      if (steps.length === 0 && limits && size > limits.maxMessageBytes) return null;
+      if (steps.length === 0 && limits && size > limits.maxMessageBytes) {
+        return errorBody('too-large', 'A local step is larger than the server takes');
+      }
+      const refused = limits ? stepOverLimits(json, limits) : null;
+      // Not sent with the steps before it, which would be refused with it: it ends the batch,
+      // and is dropped once it comes first.
+      if (refused) return steps.length > 0 ? steps : refused;
       steps.push(json);
       bytes += size;
     }

@@ -52,11 +52,23 @@ export interface SyncRequest {
 }
 
 /// What one `steps` message may hold on this server, sent with every answer to `join` so that a
-/// client sizes its batches to fit: a message whose JSON is over `maxMessageBytes` is refused
-/// `too-large`, and one over twice that closes the connection before it can be answered.
+/// client sizes its batches to fit, and drops a step the server would refuse without sending
+/// it: a message whose JSON is over `maxMessageBytes` is refused `too-large`, and one over twice
+/// that closes the connection before it can be answered.
 export interface BatchLimits {
   maxMessageBytes: number;
   maxStepsPerBatch: number;
+  /// The longest string a message may hold anywhere but as the value of a `text` key (a text
+  /// node's content): an image's `src`, a link's `href`, any attribute, type or mark name.
+  /// Counted in UTF-16 code units (JavaScript's `length`), not bytes, whatever the name (that
+  /// of the server's MAX_ATTRIBUTE_BYTES setting); keys are not counted. A message holding a
+  /// longer one is refused `too-large` before it is read, and each such refusal is a strike
+  /// against the connection. Absent from servers that predate it.
+  maxAttributeBytes?: number;
+  /// The deepest nesting of objects and arrays a message may hold, the message itself being
+  /// depth 1 (so a step of a `steps` message is at depth 3): deeper is refused `too-deep`, a
+  /// strike too. Absent from servers that predate it.
+  maxJsonDepth?: number;
 }
 
 /// The whole document at `version`.

@@ -312,6 +312,10 @@ export function createCollab(options: CollabOptions = {}): Collab {
           batchLimits: {
             maxMessageBytes: config.maxMessageBytes,
             maxStepsPerBatch: config.maxStepsPerBatch,
+            // What the payload gate (`json` above) refuses without reading, so that a client
+            // drops a step over them itself rather than send it and be struck for it.
+            maxAttributeBytes: config.maxAttributeBytes,
+            maxJsonDepth: config.maxJsonDepth,
           },
           authenticate: options.authenticate ?? null,
         }),

@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
+import type { BatchLimits } from '../../schema/index.js';
 import { openEditor } from '../support/editors.js';
-import { startServer } from '../support/server.js';
+import { startServer, type TestServer } from '../support/server.js';
 import { delay, waitFor } from '../support/wait.js';
 
 /// Types `text` at the end of the editor's first paragraph, as one step.
@@ -216,12 +217,174 @@ async function stored(url: string, docId: string): Promise<{ version: number; do
   return (await response.json()) as { version: number; doc: unknown };
 }
 
+/// Makes `server` answer joins as servers did before their `limits` said `maxAttributeBytes`
+/// and `maxJsonDepth`: a client learns of a step over them only when the server refuses it.
+/// Socket.io middleware after the server's own, wrapping the join's acknowledgement.
+function asOlderServer(server: TestServer): void {
+  server.server.io.on('connection', (socket) => {
+    socket.use((packet, next) => {
+      const last = packet.length - 1;
+      const ack: unknown = packet[last];
+      if (packet[0] === 'join' && typeof ack === 'function') {
+        packet[last] = (answer: { limits?: BatchLimits }) => {
+          if (answer.limits) {
+            const older: BatchLimits = { ...answer.limits };
+            delete older.maxAttributeBytes;
+            delete older.maxJsonDepth;
+            answer = { ...answer, limits: older };
+          }
+          (ack as (answer: unknown) => void)(answer);
+        };
+      }
+      next();
+    });
+  });
+}
+
+/// The protocol errors (strikes) the server counts against each of its connected sockets.
+function strikes(server: TestServer): number[] {
+  return [...server.server.io.of('/').sockets.values()].map((socket) => socket.data.protocolErrors);
+}
+
+describe("client: a step the server's payload gate would refuse", () => {
+  it('is dropped without being sent: oversized images pasted offline cost no strike, every word lands', async () => {
+    // An editor offline types words with a small data: image after each, every src over the
+    // server's MAX_ATTRIBUTE_BYTES (4 KiB by default) and far under its message limit. Each
+    // image the server refused was a strike (20 close the connection for good, with what was
+    // typed after it unsent); the join answer now says the limit, and the client drops them.
+    const server = await startServer();
+    const images = 16;
+    const reloads: { dropped: number; reason: string }[] = [];
+    const editor = openEditor(server.url, 'gate-images', {
+      onReload: (info) => reloads.push(info),
+    });
+    const sent: string[] = [];
+    editor.socket.onAnyOutgoing((event, payload: unknown) => {
+      if (event === 'steps') sent.push(JSON.stringify(payload));
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'the editor to join');
+      editor.socket.disconnect();
+      await waitFor(() => editor.status === 'offline', 'offline');
+      const words: string[] = [];
+      for (let i = 0; i < images; i++) {
+        type(editor, `w${i} `);
+        words.push(`w${i} `);
+        pasteImage(editor, 6000);
+      }
+      type(editor, 'last words');
+      words.push('last words');
+      editor.socket.connect();
+      await waitFor(
+        () => editor.status === 'synced' && !editor.hasUnconfirmed && reloads.length === images,
+        'every word confirmed, every image dropped',
+      );
+      assert.deepEqual(
+        reloads,
+        Array.from({ length: images }, () => ({
+          dropped: 1,
+          reason: 'the server refused local steps',
+        })),
+      );
+      // The body the server's gate answers such a message with.
+      assert.deepEqual(editor.error, {
+        code: 'too-large',
+        message: 'A string of 6022 characters exceeds the limit of 4096',
+        retryable: false,
+      });
+      assert.equal(editor.state!.doc.textContent, words.join(''));
+      assert.deepEqual(editor.refusals, {});
+      assert.equal(editor.reconnects, 0);
+      assert.deepEqual(strikes(server), [0]);
+      assert.ok(sent.length > 0);
+      assert.ok(!sent.some((message) => message.includes('data:image')), 'an image was sent');
+      const held = await stored(server.url, 'gate-images');
+      assert.equal(held.version, images + 1);
+      assert.deepEqual(held.doc, editor.state!.doc.toJSON());
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
+  it('drops a step nested deeper than the server takes, without sending it', async () => {
+    // MAX_JSON_DEPTH 16: a step inserting blockquotes seven deep nests its JSON deeper.
+    const server = await startServer({ maxDocDepth: 4, maxJsonDepth: 16 });
+    const reloads: { dropped: number; reason: string }[] = [];
+    const editor = openEditor(server.url, 'gate-depth', {
+      onReload: (info) => reloads.push(info),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'the editor to join');
+      editor.socket.disconnect();
+      await waitFor(() => editor.status === 'offline', 'offline');
+      type(editor, 'before ');
+      const { schema } = editor.state!;
+      let node = schema.nodes['paragraph']!.create(null, schema.text('deep'));
+      for (let i = 0; i < 7; i++) node = schema.nodes['blockquote']!.create(null, node);
+      editor.dispatch(editor.state!.tr.insert(editor.state!.doc.content.size, node));
+      type(editor, 'after');
+      editor.socket.connect();
+      await waitFor(
+        () => editor.status === 'synced' && !editor.hasUnconfirmed && reloads.length === 1,
+        'every step confirmed but the deep one',
+      );
+      assert.deepEqual(reloads, [{ dropped: 1, reason: 'the server refused local steps' }]);
+      assert.deepEqual(editor.error, {
+        code: 'too-deep',
+        message: 'The message is nested deeper than 16 levels',
+        retryable: false,
+      });
+      assert.equal(editor.state!.doc.textContent, 'before after');
+      assert.deepEqual(editor.refusals, {});
+      assert.deepEqual(strikes(server), [0]);
+      assert.deepEqual((await stored(server.url, 'gate-depth')).doc, editor.state!.doc.toJSON());
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
+  it('is sent and refused by a server that does not say its limits, as before', async () => {
+    // An older server: the client learns of the limit only from the refusal, then sends the
+    // batch's steps one at a time and drops the refused one alone.
+    const server = await startServer();
+    asOlderServer(server);
+    const reloads: { dropped: number; reason: string }[] = [];
+    const editor = openEditor(server.url, 'gate-older-server', {
+      onReload: (info) => reloads.push(info),
+    });
+    try {
+      await waitFor(() => editor.status === 'synced', 'the editor to join');
+      editor.socket.disconnect();
+      await waitFor(() => editor.status === 'offline', 'offline');
+      type(editor, 'before ');
+      pasteImage(editor, 6000);
+      type(editor, 'after');
+      editor.socket.connect();
+      await waitFor(
+        () => editor.status === 'synced' && !editor.hasUnconfirmed && reloads.length === 1,
+        'every step confirmed but the image',
+      );
+      assert.deepEqual(reloads, [{ dropped: 1, reason: 'the server refused local steps' }]);
+      assert.equal(editor.state!.doc.textContent, 'before after');
+      // Refused whole, then alone: a strike each.
+      assert.deepEqual(editor.refusals, { 'too-large': 2 });
+      assert.deepEqual(strikes(server), [2]);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+});
+
 describe('client: one step of a batch refused for good', () => {
   it('costs only that step: the steps before and after it reach the server', async () => {
     // An offline editor types, pastes an image whose data: URL is over the server's attribute
     // limit, and types on. Back online, its backlog goes as one batch, which the server
     // refuses whole (too-large) without saying which step. The client used to drop all of it.
     const server = await startServer({ maxAttributeBytes: 4096 });
+    asOlderServer(server);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(server.url, 'one-bad-step', {
       onReload: (info) => reloads.push(info),
@@ -270,6 +433,7 @@ describe('client: one step of a batch refused for good', () => {
 
   it('drops a step that depended on the refused one, and counts it', async () => {
     const server = await startServer({ maxAttributeBytes: 4096 });
+    asOlderServer(server);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(server.url, 'dependent-step', {
       onReload: (info) => reloads.push(info),
@@ -315,6 +479,7 @@ describe('client: one step of a batch refused for good', () => {
     // refusal, arrives first and rebases the refused step. The step then looks like no step
     // sent, yet is the one refused: sent again, each refusal would be one more strike.
     const server = await startServer({ maxAttributeBytes: 4096 });
+    asOlderServer(server);
     const proxy = await slowProxy(server.port, 40);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(proxy.url, 'moved-bad-step', {
@@ -353,6 +518,7 @@ describe('client: one step of a batch refused for good', () => {
     // A long batch refused too-large may only have been over the server's time budget: it is
     // halved first, and only a refused half of at most 64 steps goes one step at a time.
     const server = await startServer({ maxAttributeBytes: 4096 });
+    asOlderServer(server);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(server.url, 'long-bad-batch', {
       onReload: (info) => reloads.push(info),
