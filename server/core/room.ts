@@ -30,6 +30,14 @@ export interface RoomTransport {
 /// fall back to their own backoff.
 export const movedRetryMs = 100;
 
+/// How long an editor refused because the lease is being confirmed waits before trying again
+/// (ms): about one renewal's round trip.
+export const leaseRetryMs = 250;
+
+/// The message of that refusal (`unavailable`).
+export const leaseUnconfirmed =
+  'This node is confirming it still serves this document: try again in a moment';
+
 /// Receives the outcome and timings of every `steps` message: 'accepted' or an error code,
 /// and milliseconds from `performance.now()` when it was received, validated and applied,
 /// persisted (NaN when it never got that far) and answered. `MetricsRecorder` is one.
@@ -145,6 +153,9 @@ export class Room {
   /// Until when (ms, `performance.now()`) the lease is surely still this process's: a margin
   /// short of a lease time after `leaseRenewedAt`. Set with the lease and at each renewal.
   leaseFreshUntil = 0;
+  /// Called when `sync` finds the lease past `leaseFreshUntil`: the registry renews it now
+  /// (unless a renewal is in flight), so that the editor's retry finds it confirmed.
+  onLeaseStale: (room: Room) => void = () => {};
 
   private readonly authority: Authority;
   private readonly store: Store;
@@ -217,11 +228,17 @@ export class Room {
   /// The answer to `join` and `pull`: the steps since the client's version when the history
   /// still holds them all (and the epoch matches), otherwise the whole published document,
   /// with how far it holds the batches of `clientID` (the asking connection's). Refused
-  /// `unavailable` once the room is closed, and `moved` once its lease may have lapsed
-  /// (`leaseFresh`).
+  /// `unavailable` once the room is closed, and, with `retryAfterMs`, while its lease may have
+  /// lapsed (`leaseFresh`) until a renewal confirms it.
   sync(request: SyncRequest, clientID?: string): SyncAnswer {
     if (this.state !== 'open') return { ok: false, ...errorBody('unavailable') };
-    if (!this.leaseFresh()) return { ok: false, ...errorBody('moved', undefined, movedRetryMs) };
+    if (!this.leaseFresh()) {
+      // Not answered from the copy, nor waited for here (the answer is synchronous): a
+      // renewal is asked for, and the editor retries once it is likely answered. `Rooms.get`
+      // (a join, a read) waits for it instead.
+      this.onLeaseStale(this);
+      return { ok: false, ...errorBody('unavailable', leaseUnconfirmed, leaseRetryMs) };
+    }
     const { version, epoch } = request;
     if (version !== undefined && (epoch === undefined || epoch === this.epoch)) {
       const since = this.authority.stepsSince(version, this.publishedVersion);
@@ -716,13 +733,11 @@ export class Room {
   /// Whether this room may answer from its copy now: true without a lease, or while the lease
   /// is surely still held (`leaseFreshUntil`). A process paused past its lease time (SIGSTOP,
   /// a long GC, a renewal whose answer came late) may have lost the document to another that
-  /// moved it on, and would answer joins, pulls and reads from an old copy: past that time
-  /// this starts `leaseGone` (which asks the store, so a store gone back is still repaired
-  /// from this copy) and answers false; the caller answers `moved`.
+  /// moved it on, and would answer joins, pulls and reads from an old copy. False says only
+  /// that a renewal must tell (see `Rooms.get`): a slow store, or one renewal that failed,
+  /// also leaves a healthy lease unconfirmed for a moment, and must not close the room.
   leaseFresh(): boolean {
-    if (!this.lease || performance.now() < this.leaseFreshUntil) return true;
-    this.leaseGone('the lease was not renewed in time: another process may serve the document');
-    return false;
+    return !this.lease || performance.now() < this.leaseFreshUntil;
   }
 
   /// The lease was found gone outside an append (a renewal, a snapshot), or could not be

@@ -5,6 +5,8 @@ import type { Logger } from 'pino';
 import type { ErrorCode, StepJSON } from '../../schema/index.js';
 import { Authority, type AuthorityLimits } from './authority.js';
 import {
+  leaseRetryMs,
+  leaseUnconfirmed,
   movedRetryMs,
   Room,
   type BatchObserver,
@@ -30,6 +32,9 @@ export interface RoomsOptions extends RoomOptions, AuthorityLimits {
   maxLoadedDocuments: number;
   /// Nesting allowed in stored JSON, checked before it is parsed into a document.
   maxJsonDepth: number;
+  /// The longest a lease renewal is waited for (ms; the store's own timeout, STORE_TIMEOUT_MS):
+  /// past it, the renewal counts as failed. At most 0.9 of the lease time either way.
+  storeTimeoutMs?: number;
 }
 
 /// An error that carries the code its refusal is answered with: what a host's hook throws to
@@ -140,7 +145,13 @@ export class Rooms {
   private readonly leases: LeaseOptions | null;
   private renewTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
-  private renewing = false;
+  /// Lease renewals in flight, one at most per room: what reads waiting for one share.
+  private readonly renewals = new Map<Room, Promise<Renewal>>();
+  /// Rooms a renewal tick found with their renewal still in flight: renewed again as soon as
+  /// it ends, rather than a whole period later.
+  private readonly overdue = new Set<Room>();
+  /// Rooms whose last renewal failed: `leasesHealthy` is false while one is registered.
+  private readonly failedRenewals = new Set<Room>();
   private heartbeating = false;
   /// Documents this process handed to another lately, and until when (ms, `performance.now()`)
   /// it will not take them back: editors a gateway still sends here for a moment (nginx counts
@@ -150,9 +161,12 @@ export class Rooms {
   /// False while lease renewals or this node's heartbeats fail (the store cannot be reached):
   /// `/readyz` reports it.
   get leasesHealthy(): boolean {
-    return this.renewalsHealthy && this.heartbeatHealthy;
+    for (const room of this.failedRenewals) {
+      if (this.rooms.get(room.docId) === room && room.state === 'open') return false;
+      this.failedRenewals.delete(room);
+    }
+    return this.heartbeatHealthy;
   }
-  private renewalsHealthy = true;
   private heartbeatHealthy = true;
   private closing = false;
 
@@ -182,7 +196,7 @@ export class Rooms {
     this.leases = deps.leases ?? null;
     if (this.leases) {
       // Three renewals per lease time: one lost answer does not lose the lease.
-      this.renewTimer = setInterval(() => void this.renewLeases(), this.leases.ttlMs / 3);
+      this.renewTimer = setInterval(() => this.renewLeases(), this.leases.ttlMs / 3);
       this.renewTimer.unref();
       // The node's liveness on a timer of its own: a slow renewal round (many documents, a
       // slow reply) must not let it lapse, which would tell the others this node restarted.
@@ -218,14 +232,18 @@ export class Rooms {
   /// `TooManyDocumentsError`.
   /// Rejects with the store's `StoreUnavailableError` when it cannot load (retryable), and with
   /// `CorruptDocumentError` when the stored data cannot be read back (the document is then
-  /// quarantined for `quarantineMs`), and with `moved` when the room's lease may have lapsed
-  /// (see `Room.leaseFresh`: its copy may be older than what another process wrote since).
+  /// quarantined for `quarantineMs`). A loaded room whose lease may have lapsed (see
+  /// `Room.leaseFresh`: its copy may be older than what another process wrote since) is
+  /// resolved only once a renewal (the one in flight, or one sent now) is answered held;
+  /// rejects with `moved` when it is answered lost, and with a retryable `unavailable` when it
+  /// fails (the room stays open: see `confirmLease`).
   get(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     const room = this.rooms.get(docId);
     if (room) {
       // A copy whose lease may have lapsed (a pause, a renewal answered late) is not read from,
       // open or already closed and asking its store: another process may have moved it on.
-      if (!room.leaseFresh()) return Promise.reject(lapsed());
+      // Asked again once confirmed: the room may have gone meanwhile.
+      if (!room.leaseFresh()) return this.confirmLease(room).then(() => this.get(docId, create));
       // Re-inserted: the map's order is least recently used first.
       this.rooms.delete(docId);
       this.rooms.set(docId, room);
@@ -295,6 +313,7 @@ export class Rooms {
     this.heartbeatTimer = null;
     for (const timer of this.unloadTimers.values()) clearTimeout(timer);
     this.unloadTimers.clear();
+    this.overdue.clear();
     const closed = [...this.rooms.values()];
     this.rooms.clear();
     for (const room of closed) {
@@ -419,8 +438,9 @@ export class Rooms {
     // A room loaded for a read or a join that never came must not stay forever.
     this.scheduleUnload(room);
     // A load slower than the lease (a huge journal, a paused process) is not renewed while it
-    // runs: what it read may be older than what a process that took the lease since wrote.
-    if (!room.leaseFresh()) throw lapsed();
+    // runs: what it read may be older than what a process that took the lease since wrote,
+    // unless a renewal sent now finds the lease still ours (no other process wrote, then).
+    if (!room.leaseFresh()) await this.confirmLease(room);
     return room;
   }
 
@@ -507,56 +527,109 @@ export class Rooms {
     });
   }
 
-  /// Renews the lease of every loaded room, one store call each, all at once. A lease found
-  /// lost closes its room (`moved`); one another process asked for is handed over after a
-  /// short hold; one that could not be renewed for a whole lease time is given up, since this
-  /// process can no longer know it still holds it (its writes would be refused anyway).
-  private async renewLeases(): Promise<void> {
-    if (this.renewing || this.closing || !this.leases) return;
-    this.renewing = true;
-    const { store, holder, ttlMs } = this.leases;
+  /// A renewal period: renews the lease of every loaded room whose renewal is not in flight,
+  /// one store call each. A room whose renewal is still in flight (a slow store) is renewed
+  /// again as soon as it is answered: waiting for the next period could leave its lease
+  /// unconfirmed for a moment (past 0.9 of a lease time since the last renewal sent), and its
+  /// readers waiting. Each room on its own: one slow or failing renewal delays no other.
+  private renewLeases(): void {
+    if (this.closing || !this.leases) return;
     const now = performance.now();
     for (const [docId, until] of this.handedOver) if (until <= now) this.handedOver.delete(docId);
-    let healthy = true;
-    try {
-      await Promise.all(
-        [...this.rooms.values()].map(async (room) => {
-          if (!room.lease || room.state !== 'open' || this.evicting.has(room)) return;
-          let outcome;
-          // The lease runs from when the store ran the renewal, after it was sent: an answer
-          // that comes late (a pause) must not make the lease look newer than it is.
-          const sent = performance.now();
-          try {
-            outcome = await store.renew(room.docId, holder, room.lease, ttlMs);
-          } catch (err) {
-            healthy = false;
-            if (performance.now() - room.leaseRenewedAt > ttlMs) {
-              // Not `moved` at once: a store that comes back from an outage in an older state
-              // has lost steps that only this copy holds (`leaseGone` asks it first).
-              room.leaseGone('the lease could not be renewed in time');
-            } else {
-              this.log.warn({ doc: room.docId, err }, 'lease renewal failed; retrying');
-            }
-            return;
-          }
-          if (outcome === 'lost') {
-            room.leaseGone('the lease was lost');
-            return;
-          }
-          this.renewed(room, sent);
-          if (outcome === 'wanted' && performance.now() - room.leasedAt >= ttlMs) {
-            // Not awaited: a hand-over waits for the room's append in flight, and the next
-            // renewal round must not wait for it (`evicting` keeps the room out meanwhile).
-            this.handOver(room).catch((err: unknown) =>
-              this.log.warn({ doc: room.docId, err }, 'hand-over failed; the lease will expire'),
-            );
-          }
-        }),
-      );
-    } finally {
-      this.renewalsHealthy = healthy;
-      this.renewing = false;
+    for (const room of this.rooms.values()) {
+      if (this.renewals.has(room)) this.overdue.add(room);
+      else if (this.renewable(room)) void this.renewLease(room);
     }
+  }
+
+  /// Whether `room`'s lease is renewed: held, open, and not being handed over or unloaded
+  /// (that frees the lease).
+  private renewable(room: Room): boolean {
+    return (
+      room.lease !== null && room.state === 'open' && !this.evicting.has(room) && !this.closing
+    );
+  }
+
+  /// Renews `room`'s lease, or joins the renewal in flight; resolves with how it went (never
+  /// rejects). A lease found lost closes its room (`moved`); one another process asked for is
+  /// handed over after a short hold; one that could not be renewed for a whole lease time is
+  /// given up, since this process can no longer know it still holds it (its writes would be
+  /// refused anyway).
+  private renewLease(room: Room): Promise<Renewal> {
+    const inFlight = this.renewals.get(room);
+    if (inFlight) return inFlight;
+    const renewal = this.renewOnce(room).finally(() => {
+      this.renewals.delete(room);
+      if (this.overdue.delete(room) && this.renewable(room)) void this.renewLease(room);
+    });
+    this.renewals.set(room, renewal);
+    return renewal;
+  }
+
+  private async renewOnce(room: Room): Promise<Renewal> {
+    const { store, holder, ttlMs } = this.leases!;
+    let outcome;
+    // The lease runs from when the store ran the renewal, after it was sent: an answer that
+    // comes late (a pause) must not make the lease look newer than it is.
+    const sent = performance.now();
+    try {
+      outcome = await bounded(
+        store.renew(room.docId, holder, room.lease!, ttlMs),
+        this.renewalTimeoutMs(),
+      );
+    } catch (err) {
+      this.failedRenewals.add(room);
+      if (performance.now() - room.leaseRenewedAt > ttlMs) {
+        // Not `moved` at once: a store that comes back from an outage in an older state has
+        // lost steps that only this copy holds (`leaseGone` asks it first).
+        room.leaseGone('the lease could not be renewed in time');
+      } else {
+        this.log.warn({ doc: room.docId, err }, 'lease renewal failed; retrying');
+      }
+      return 'failed';
+    }
+    this.failedRenewals.delete(room);
+    if (outcome === 'lost') {
+      room.leaseGone('the lease was lost');
+      return 'lost';
+    }
+    this.renewed(room, sent);
+    if (outcome === 'wanted' && performance.now() - room.leasedAt >= ttlMs) {
+      // Not awaited: a hand-over waits for the room's append in flight, and the room's next
+      // renewal must not wait for it (`evicting` keeps the room out meanwhile).
+      this.handOver(room).catch((err: unknown) =>
+        this.log.warn({ doc: room.docId, err }, 'hand-over failed; the lease will expire'),
+      );
+    }
+    return 'held';
+  }
+
+  /// The longest a renewal is waited for: the store's timeout, and never past the time its
+  /// answer could still confirm the lease (0.9 of a lease time after it was sent).
+  private renewalTimeoutMs(): number {
+    const { ttlMs } = this.leases!;
+    return Math.min(this.options.storeTimeoutMs ?? Infinity, ttlMs - Math.ceil(ttlMs / 10));
+  }
+
+  /// Resolves once `room`'s lease is confirmed: a renewal (the one in flight, shared with any
+  /// other reader waiting, or one sent now) answered held, sent recently enough that the lease
+  /// is fresh again. Rejects with `moved` when it is answered lost, or the room was given up
+  /// or closed meanwhile (its copy is not read from), and with a retryable `unavailable`
+  /// when it failed or timed out: the room stays open (a store stalled for a moment is not a
+  /// lost lease), until a whole lease time without renewal gives it up (`renewOnce`).
+  private async confirmLease(room: Room): Promise<void> {
+    // Twice at most: a renewal in flight may have been sent too long ago (before a pause) for
+    // its answer to confirm the lease now; one sent after it does.
+    for (let tries = 0; tries < 2 && !room.leaseFresh(); tries++) {
+      if (room.state !== 'open') throw lapsed();
+      if (!this.renewals.has(room) && !this.renewable(room)) break;
+      const renewal = await this.renewLease(room);
+      if (renewal === 'lost' || room.state !== 'open') throw lapsed();
+      if (renewal === 'failed') break;
+    }
+    if (room.state !== 'open') throw lapsed();
+    if (room.leaseFresh()) return;
+    throw new CodedError('unavailable', leaseUnconfirmed, { retryAfterMs: leaseRetryMs });
   }
 
   /// Notes that `room`'s lease was taken or renewed by a call sent at `sent` (ms,
@@ -780,8 +853,13 @@ export class Rooms {
     });
     // The room went by itself: handed over or its lease lost (`moved`), failed (`internal`),
     // another writer or a store gone back found (`stale`).
+    room.onLeaseStale = (stale) => {
+      if (this.renewable(stale)) void this.renewLease(stale);
+    };
     room.onClose = (closed) => {
       if (closed.failed) this.roomFailures++;
+      this.overdue.delete(closed);
+      this.failedRenewals.delete(closed);
       if (this.rooms.get(docId) === closed) this.rooms.delete(docId);
       this.cancelUnload(closed);
       this.unloaded(closed);
@@ -857,6 +935,23 @@ function take(permit: CreatePermit, creation: Creation): void {
   const wait = permit.take();
   if (wait > 0) throw new CreationRateError(wait);
   creation.counted = true;
+}
+
+/// How a lease renewal went: answered held (or wanted by another process), lost, or failed
+/// (the store could not be reached, or did not answer in time).
+type Renewal = 'held' | 'lost' | 'failed';
+
+/// `promise`, or a `StoreUnavailableError` after `timeoutMs`, whichever comes first.
+function bounded<T>(promise: Promise<T>, timeoutMs: number): Promise<T> {
+  if (!Number.isFinite(timeoutMs)) return promise;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(
+      () => reject(new StoreUnavailableError(`no answer within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /// The refusal of a read from a copy whose lease may have lapsed (see `Room.leaseFresh`): the

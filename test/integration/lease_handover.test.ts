@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { createClient } from 'redis';
-import { schema, schemaVersion, type StepsAnswer } from '../../schema/index.js';
+import { schema, schemaVersion, type ErrorAnswer, type StepsAnswer } from '../../schema/index.js';
 import { loadConfig } from '../../server/config.js';
 import {
-  movedRetryMs,
+  leaseRetryMs,
   type Room,
   type RoomHooks,
   type RoomTransport,
@@ -46,6 +46,7 @@ function roomsOf(
   holder: string,
   hooks: RoomHooks = {},
   maxLoadedDocuments?: number,
+  leaseMs = ttlMs,
 ): Rooms {
   const config = loadConfig({
     host: '127.0.0.1',
@@ -60,9 +61,41 @@ function roomsOf(
     observer: null,
     log,
     options: { ...config, schemaVersion },
-    leases: { store: store.leases, holder, ttlMs },
+    leases: { store: store.leases, holder, ttlMs: leaseMs },
     hooks,
   });
+}
+
+/// `real` with its lease renewals passed through `renew`, which calls `real`'s.
+function renewingThrough(
+  real: RedisStore,
+  renew: (forward: () => ReturnType<LeaseStore['renew']>) => ReturnType<LeaseStore['renew']>,
+): RedisStore {
+  return Object.assign(Object.create(real) as RedisStore, {
+    leases: {
+      ...real.leases,
+      renew: (...args: Parameters<LeaseStore['renew']>) => renew(() => real.leases.renew(...args)),
+    },
+  });
+}
+
+/// Reads `docId` through `rooms` and `room` as a join, a GET and a pull would, every 10 ms for
+/// `ms` or until it closes; resolves with each refusal as `<at ms> <how> <code>`.
+async function readFor(rooms: Rooms, room: Room, docId: string, ms: number): Promise<string[]> {
+  const refused: string[] = [];
+  const started = performance.now();
+  const at = () => Math.round(performance.now() - started);
+  while (performance.now() - started < ms && room.state === 'open') {
+    const pulled = room.sync({});
+    if (!pulled.ok) refused.push(`${at()} pull ${pulled.code}`);
+    try {
+      await rooms.get(docId, false);
+    } catch (err) {
+      refused.push(`${at()} get ${(err as CodedError).code}`);
+    }
+    await delay(10);
+  }
+  return refused;
 }
 
 /// Hooks that note each load and unload as `<load|unload> <doc>@<version>`.
@@ -191,13 +224,14 @@ describe('documents changing hands', () => {
       assert.ok(taken, 'q took the document');
       assert.deepEqual(await send(taken, 'q', 'b'), { ok: true, version: 2 });
       // p still holds its copy at version 1: a join or pull, and a read through the registry
-      // (GET /docs/:id, collab.document()), used to be answered from it.
+      // (GET /docs/:id, collab.document()), used to be answered from it. A pull is refused
+      // (retryable) while a renewal is asked for; a read waits for one, which fails (no
+      // answer in time) after a whole lease time without renewal: the copy is given up.
       const answer = room.sync({});
-      assert.deepEqual(
-        answer.ok ? answer : { code: answer.code, retryAfterMs: answer.retryAfterMs },
-        { code: 'moved', retryAfterMs: movedRetryMs },
-      );
+      assert.equal(answer.ok, false);
+      assert.equal((answer as ErrorAnswer).retryable, true);
       await assert.rejects(p.get('lapsed', false), { code: 'moved' });
+      assert.equal(room.state, 'closed');
       // The renewal's answer, once it comes, does not bring the copy back: it was sent before
       // the lease lapsed, and so says nothing about now.
       open();
@@ -209,6 +243,125 @@ describe('documents changing hands', () => {
       open?.();
       p.closeAll();
       q.closeAll();
+    }
+  });
+
+  it('keeps serving a document while its renewals are slow: every answer comes 1.8 s late', async () => {
+    const real = await redisStore();
+    // LEASE_MS 5 s and STORE_TIMEOUT_MS 2 s as in production: each renewal reaches Redis
+    // 0.9 s after it is sent and is answered 0.9 s after that, longer than a renewal period.
+    const slow = renewingThrough(real, async (forward) => {
+      await delay(900);
+      const outcome = await forward();
+      await delay(900);
+      return outcome;
+    });
+    const p = roomsOf(slow, 'node-p/1', {}, undefined, 5_000);
+    try {
+      const room = (await p.get('slow-renewals', true))!;
+      assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
+      // Renewals skipped while the one before was in flight used to leave the lease
+      // unconfirmed: from 6 s on, reads were answered moved and the room closed.
+      assert.deepEqual(await readFor(p, room, 'slow-renewals', 12_000), []);
+      assert.equal(room.state, 'open');
+      assert.deepEqual(await send(room, 'p', 'b'), { ok: true, version: 2 });
+    } finally {
+      p.closeAll();
+    }
+  });
+
+  it('keeps serving a document whose renewal stalled past the store timeout once', async () => {
+    const real = await redisStore();
+    let calls = 0;
+    // The third renewal gets no answer within STORE_TIMEOUT_MS (a Redis stalled for 2 s);
+    // Redis still holds the lease all along.
+    const stalling = renewingThrough(real, async (forward) => {
+      if (++calls === 3) {
+        await delay(2_500);
+        throw new Error('renew timed out');
+      }
+      return forward();
+    });
+    const p = roomsOf(stalling, 'node-p/1', {}, undefined, 5_000);
+    try {
+      const room = (await p.get('stalled-renewal', true))!;
+      assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
+      // The next renewal came a period after the stall: reads from 7.8 s on were answered
+      // moved and the room closed, the lease still held.
+      const refused = await readFor(p, room, 'stalled-renewal', 9_000);
+      // Nothing refused, or a retryable refusal while the lease was being confirmed.
+      assert.deepEqual(
+        refused.filter((line) => !line.endsWith(' unavailable')),
+        [],
+      );
+      assert.equal(room.state, 'open');
+      assert.ok(calls > 3, `renewed after the stall (${calls} renewals)`);
+      assert.deepEqual(await send(room, 'p', 'b'), { ok: true, version: 2 });
+    } finally {
+      p.closeAll();
+    }
+  });
+
+  it('answers reads once a renewal in flight confirms the lease, and refuses them while it fails', async () => {
+    const real = await redisStore();
+    let gate: { opened: Promise<void>; open: () => void; fail: (err: Error) => void } | null = null;
+    let calls = 0;
+    // While the gate is closed, renewals wait for it before they reach Redis.
+    const gated = renewingThrough(real, async (forward) => {
+      calls++;
+      if (gate) await gate.opened;
+      return forward();
+    });
+    const closeGate = () => {
+      let open!: () => void;
+      let fail!: (err: Error) => void;
+      const opened = new Promise<void>((resolve, reject) => ((open = resolve), (fail = reject)));
+      opened.catch(() => {});
+      gate = { opened, open, fail };
+    };
+    const p = roomsOf(gated, 'node-p/1', {}, undefined, 2_000);
+    try {
+      const room = (await p.get('confirmed', true))!;
+      assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
+
+      // A renewal in flight past the lease's freshness: reads wait for it, and share it.
+      closeGate();
+      await waitFor(() => !room.leaseFresh(), 'the lease unconfirmed', 3_000);
+      const before = calls;
+      const pulled = room.sync({});
+      assert.deepEqual(pulled.ok ? pulled : [pulled.code, pulled.retryAfterMs], [
+        'unavailable',
+        leaseRetryMs,
+      ]);
+      const reads = [
+        p.get('confirmed', false),
+        p.get('confirmed', false),
+        p.get('confirmed', true),
+      ];
+      await delay(20);
+      assert.equal(calls, before, 'no renewal sent beside the one in flight');
+      gate!.open();
+      gate = null;
+      for (const read of reads) assert.equal(await read, room);
+      assert.ok(room.leaseFresh());
+      assert.equal(room.sync({}).ok, true);
+
+      // A renewal that fails past the freshness: reads are refused, retryable, and the room
+      // stays open; the next read sends a renewal, and is answered.
+      closeGate();
+      await waitFor(() => !room.leaseFresh(), 'the lease unconfirmed', 3_000);
+      const refused = p.get('confirmed', false);
+      await delay(20);
+      gate!.fail(new Error('renew timed out'));
+      gate = null;
+      await assert.rejects(refused, { code: 'unavailable', retryAfterMs: leaseRetryMs });
+      assert.equal(room.state, 'open');
+      assert.equal(await p.get('confirmed', false), room);
+      assert.equal(room.sync({}).ok, true);
+      assert.deepEqual(await send(room, 'p', 'b'), { ok: true, version: 2 });
+    } finally {
+      (gate as { open: () => void } | null)?.open();
+      p.closeAll();
     }
   });
 
