@@ -13,6 +13,25 @@ function type(editor: CollabClient, text: string): void {
   editor.dispatch(state.tr.insertText(text, state.doc.firstChild!.nodeSize - 1));
 }
 
+type Reload = { dropped: number; reason: string };
+
+/// An editor of `docId` on `url` whose reloads (`onReload`) are kept in `reloads`.
+function editorWithReloads(
+  url: string,
+  docId: string,
+): { editor: CollabClient; reloads: Reload[] } {
+  const reloads: Reload[] = [];
+  const editor = openEditor(url, docId, { onReload: (info) => reloads.push(info) });
+  return { editor, reloads };
+}
+
+/// Waits for `editor` to join, then cuts its connection: what it types next waits offline.
+async function joinThenGoOffline(editor: CollabClient): Promise<void> {
+  await waitFor(() => editor.status === 'synced', 'the editor to join');
+  editor.socket.disconnect();
+  await waitFor(() => editor.status === 'offline', 'offline');
+}
+
 /// A TCP proxy to `port` that delays what the server sends by `delayMs` (in order), as a
 /// distant server would. Returns its URL and a function that closes it.
 async function slowProxy(port: number, delayMs: number): Promise<{ url: string; close(): void }> {
@@ -43,10 +62,7 @@ describe('client: a batch refused as too-large', () => {
   it('is sent again one step at a time: every step but the one the server will not take is kept', async () => {
     // Documents up to 4 KB: one insert of 5,000 characters is refused on its own.
     const server = await startServer({ maxDocBytes: 4096 });
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'split-batches', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'split-batches');
     try {
       await waitFor(() => editor.status === 'synced', 'the editor to join');
       // One step goes out at once; the next six queue behind it and go as one batch, whose
@@ -254,18 +270,13 @@ describe("client: a step the server's payload gate would refuse", () => {
     // typed after it unsent); the join answer now says the limit, and the client drops them.
     const server = await startServer();
     const images = 16;
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'gate-images', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'gate-images');
     const sent: string[] = [];
     editor.socket.onAnyOutgoing((event, payload: unknown) => {
       if (event === 'steps') sent.push(JSON.stringify(payload));
     });
     try {
-      await waitFor(() => editor.status === 'synced', 'the editor to join');
-      editor.socket.disconnect();
-      await waitFor(() => editor.status === 'offline', 'offline');
+      await joinThenGoOffline(editor);
       const words: string[] = [];
       for (let i = 0; i < images; i++) {
         type(editor, `w${i} `);
@@ -310,14 +321,9 @@ describe("client: a step the server's payload gate would refuse", () => {
   it('drops a step nested deeper than the server takes, without sending it', async () => {
     // MAX_JSON_DEPTH 16: a step inserting blockquotes seven deep nests its JSON deeper.
     const server = await startServer({ maxDocDepth: 4, maxJsonDepth: 16 });
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'gate-depth', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'gate-depth');
     try {
-      await waitFor(() => editor.status === 'synced', 'the editor to join');
-      editor.socket.disconnect();
-      await waitFor(() => editor.status === 'offline', 'offline');
+      await joinThenGoOffline(editor);
       type(editor, 'before ');
       const { schema } = editor.state!;
       let node = schema.nodes['paragraph']!.create(null, schema.text('deep'));
@@ -350,14 +356,9 @@ describe("client: a step the server's payload gate would refuse", () => {
     // batch's steps one at a time and drops the refused one alone.
     const server = await startServer();
     asOlderServer(server);
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'gate-older-server', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'gate-older-server');
     try {
-      await waitFor(() => editor.status === 'synced', 'the editor to join');
-      editor.socket.disconnect();
-      await waitFor(() => editor.status === 'offline', 'offline');
+      await joinThenGoOffline(editor);
       type(editor, 'before ');
       pasteImage(editor, 6000);
       type(editor, 'after');
@@ -385,15 +386,10 @@ describe('client: one step of a batch refused for good', () => {
     // refuses whole (too-large) without saying which step. The client used to drop all of it.
     const server = await startServer({ maxAttributeBytes: 4096 });
     asOlderServer(server);
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'one-bad-step', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'one-bad-step');
     const reader = openEditor(server.url, 'one-bad-step');
     try {
-      await waitFor(() => editor.status === 'synced', 'the editor to join');
-      editor.socket.disconnect();
-      await waitFor(() => editor.status === 'offline', 'offline');
+      await joinThenGoOffline(editor);
       for (const word of ['Typed ', 'before ', 'the ', 'paste. ']) type(editor, word);
       pasteImage(editor, 6000);
       for (const word of ['Typed ', 'after.']) type(editor, word);
@@ -434,14 +430,9 @@ describe('client: one step of a batch refused for good', () => {
   it('drops a step that depended on the refused one, and counts it', async () => {
     const server = await startServer({ maxAttributeBytes: 4096 });
     asOlderServer(server);
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'dependent-step', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'dependent-step');
     try {
-      await waitFor(() => editor.status === 'synced', 'the editor to join');
-      editor.socket.disconnect();
-      await waitFor(() => editor.status === 'offline', 'offline');
+      await joinThenGoOffline(editor);
       type(editor, 'Kept. ');
       // A new paragraph with the oversized image in it (refused), text typed inside that
       // paragraph (it goes with it), then text typed in the first paragraph (kept).
@@ -481,10 +472,7 @@ describe('client: one step of a batch refused for good', () => {
     const server = await startServer({ maxAttributeBytes: 4096 });
     asOlderServer(server);
     const proxy = await slowProxy(server.port, 40);
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(proxy.url, 'moved-bad-step', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(proxy.url, 'moved-bad-step');
     const other = openEditor(server.url, 'moved-bad-step');
     try {
       await waitFor(() => editor.status === 'synced', 'the editor to join');
@@ -519,14 +507,9 @@ describe('client: one step of a batch refused for good', () => {
     // halved first, and only a refused half of at most 64 steps goes one step at a time.
     const server = await startServer({ maxAttributeBytes: 4096 });
     asOlderServer(server);
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'long-bad-batch', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'long-bad-batch');
     try {
-      await waitFor(() => editor.status === 'synced', 'the editor to join');
-      editor.socket.disconnect();
-      await waitFor(() => editor.status === 'offline', 'offline');
+      await joinThenGoOffline(editor);
       for (let i = 0; i < 150; i++) type(editor, 'a');
       pasteImage(editor, 6000);
       for (let i = 0; i < 50; i++) type(editor, 'b');
@@ -554,14 +537,9 @@ describe('client: one step of a batch refused for good', () => {
 
   it('drops a local step over the message size alone, without sending it', async () => {
     const server = await startServer({ maxMessageBytes: 4096 });
-    const reloads: { dropped: number; reason: string }[] = [];
-    const editor = openEditor(server.url, 'one-huge-step', {
-      onReload: (info) => reloads.push(info),
-    });
+    const { editor, reloads } = editorWithReloads(server.url, 'one-huge-step');
     try {
-      await waitFor(() => editor.status === 'synced', 'the editor to join');
-      editor.socket.disconnect();
-      await waitFor(() => editor.status === 'offline', 'offline');
+      await joinThenGoOffline(editor);
       type(editor, 'before ');
       type(editor, 'x'.repeat(10_000));
       type(editor, 'after');
