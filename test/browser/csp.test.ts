@@ -1,16 +1,14 @@
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, BrowserContextOptions, Page } from 'playwright-core';
 import { schemaVersion, type DocJSON } from '../../schema/index.js';
 import { MemoryStore } from '../../server/stores/memory_store.js';
-import { launchChromium } from '../support/browser.js';
+import { launchChromium, requireWebBundle } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 
 // The pages in real Chromium with the server's Content-Security-Policy in force: our own
 // pages work without a single violation, script that gets into a page by any route does not
 // run, and a stored `javascript:` link is shown but cannot be followed.
-const bundle = new URL('../../web-bundle/index.html', import.meta.url);
 
 /// A `securitypolicyviolation` event as the page saw it.
 interface Violation {
@@ -66,9 +64,7 @@ describe('the pages under the Content-Security-Policy', () => {
   const contexts: BrowserContext[] = [];
 
   before(async () => {
-    if (!existsSync(bundle)) {
-      throw new Error('The web bundle is missing: run `npm run build` before the tests.');
-    }
+    requireWebBundle();
     // Written straight into the store: the server never checks a stored document's links.
     const store = new MemoryStore();
     const stored = await store.snapshot('stored-links', {

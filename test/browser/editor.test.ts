@@ -1,15 +1,13 @@
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { schema } from '../../schema/index.js';
-import { artifacts, launchChromium } from '../support/browser.js';
+import { artifacts, launchChromium, requireWebBundle } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 
 // The browser editor end to end: real Chromium pages on the bundle `npm run build` wrote,
 // against a real server.
-const bundle = new URL('../../web-bundle/index.html', import.meta.url);
 
 /// One editor page in its own browser context, so that it can go offline alone.
 interface EditorPage {
@@ -37,9 +35,7 @@ describe('browser editor', () => {
   const open: EditorPage[] = [];
 
   before(async () => {
-    if (!existsSync(bundle)) {
-      throw new Error('The web bundle is missing: run `npm run build` before the tests.');
-    }
+    requireWebBundle();
     server = await startServer();
     browser = await launchChromium();
   });

@@ -1,14 +1,12 @@
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { launchChromium } from '../support/browser.js';
+import { launchChromium, requireWebBundle } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 
 // The browser editor across a reload of its document (the server's history no longer reaches
 // back to what an offline page had), in real Chromium against a real server that keeps only a
 // few steps of history.
-const bundle = new URL('../../web-bundle/index.html', import.meta.url);
 
 describe('browser editor offline and reloaded', () => {
   let server: TestServer;
@@ -16,9 +14,7 @@ describe('browser editor offline and reloaded', () => {
   const contexts: BrowserContext[] = [];
 
   before(async () => {
-    if (!existsSync(bundle)) {
-      throw new Error('The web bundle is missing: run `npm run build` before the tests.');
-    }
+    requireWebBundle();
     server = await startServer({ maxHistorySteps: 5 });
     browser = await launchChromium();
   });

@@ -4,6 +4,17 @@ import { chromium, type Browser } from 'playwright-core';
 /// Debian's Chromium, or `CHROMIUM_PATH`.
 export const chromiumPath = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
 
+/// The editor page `npm run build` bundles (`dist/web-bundle/`), which the server serves.
+const webBundle = new URL('../../web-bundle/index.html', import.meta.url);
+
+/// Throws unless the web bundle was built: the editor's browser tests need it, and without it
+/// the server would answer their pages 404 and the tests would fail on something else.
+export function requireWebBundle(): void {
+  if (!existsSync(webBundle)) {
+    throw new Error('The web bundle is missing: run `npm run build` before the tests.');
+  }
+}
+
 /// Where browser tests leave screenshots (`test-artifacts/` at the top of the repository).
 export const artifacts = new URL('../../../test-artifacts/', import.meta.url);
 
