@@ -76,7 +76,10 @@ export function createTokenVerifier(keys: TokenKeys): TokenVerifier {
   return {
     async verify(token, docId) {
       if (typeof token !== 'string' || token.length === 0) {
-        return refuse('unauthorized', 'A token is needed (auth.token)');
+        return refuse(
+          'unauthorized',
+          'A token is needed (auth.token in the socket handshake; Authorization: Bearer over HTTP)',
+        );
       }
       if (token.length > maxTokenLength) return refuse('unauthorized', 'The token is too long');
       let payload: JWTPayload | null = null;

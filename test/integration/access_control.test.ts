@@ -324,7 +324,10 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
     const none = await fetch(url);
     assert.equal(none.status, 401);
     assert.equal(none.headers.get('www-authenticate'), 'Bearer');
-    assert.equal(((await none.json()) as { code: string }).code, 'unauthorized');
+    const refusal = (await none.json()) as { code: string; message: string };
+    assert.equal(refusal.code, 'unauthorized');
+    // Over HTTP the token goes in a header; auth.token is the socket handshake's field.
+    assert.match(refusal.message, /Authorization: Bearer/);
     const bad = await fetch(url, { headers: { authorization: 'Bearer nope' } });
     assert.equal(bad.status, 401);
     const other = await fetch(url, {
