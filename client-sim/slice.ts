@@ -273,6 +273,7 @@ export class SwarmSlice {
   }
 
   private close(): void {
+    this.recorder.dispose();
     for (const editor of this.light) editor.close();
     for (const editor of this.full) editor.close();
     for (const observer of this.observers) observer.close();

@@ -74,9 +74,15 @@ export class WindowRecorder {
 
   /// Closes the current window now (marked partial unless at its boundary) and stops.
   stop(): void {
+    this.dispose();
+    this.close(Math.min(Date.now(), this.current.startMs + this.windowMs));
+  }
+
+  /// Stops the timer without closing a window: for a slice torn down without a level's end (its
+  /// editors could not join), whose timer would otherwise keep the process alive for ever.
+  dispose(): void {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
-    this.close(Math.min(Date.now(), this.current.startMs + this.windowMs));
   }
 
   edit(): void {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { FullEditor } from '../../client-sim/full_editor.js';
@@ -445,6 +445,41 @@ describe('client-sim: options and a missing server', () => {
       bench.stderr,
       /^bench: --server-env: the server reads no MAX_REBASE_STEP \(did you mean MAX_REBASE_STEPS\?\)/,
     );
+  });
+
+  it('exits 1 when its editors cannot join, instead of waiting for ever', async () => {
+    // A server that needs tokens, which the simulator does not send: every join is refused.
+    // The slice's window recorder was started anyway and never stopped, and its timer kept
+    // the process alive after the failure was printed.
+    const server = await startServer({ authSecret: 'a secret of at least thirty-two bytes!!' });
+    try {
+      const sim = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+        const child = spawn(
+          process.execPath,
+          [
+            fileURLToPath(new URL('../../client-sim/main.js', import.meta.url)),
+            '--url',
+            server.url,
+            '--editors',
+            '2',
+            '--duration',
+            '5',
+          ],
+          { stdio: ['ignore', 'ignore', 'pipe'] },
+        );
+        let stderr = '';
+        child.stderr.on('data', (chunk) => (stderr += chunk));
+        const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+        child.on('exit', (code) => {
+          clearTimeout(timer);
+          resolve({ code, stderr });
+        });
+      });
+      assert.equal(sim.code, 1, sim.stderr);
+      assert.match(sim.stderr, /2 of 2 sockets could not join/);
+    } finally {
+      await server.close();
+    }
   });
 
   it('fails fast with a clear error when no server answers', async () => {
