@@ -14,25 +14,76 @@ import { createServer } from 'node:net';
 // nginx. The simulator runs in this process (with its worker threads) on the same machine as
 // the nodes: on 2 cores the nodes and the load generator compete, which the report says.
 
-const { values } = parseArgs({
-  options: {
-    editors: { type: 'string', default: '400' },
-    docs: { type: 'string', default: '80' },
-    rate: { type: 'string', default: '5' },
-    duration: { type: 'string', default: '30' },
-    rounds: { type: 'string', default: '3' },
-    nodes: { type: 'string', default: '1,2,3' },
-    json: { type: 'string', default: 'bench-results/cluster.json' },
-  },
-});
+const usage = `Usage: REDIS_URL=redis://127.0.0.1:6379 npm run bench:cluster -- [options]
+
+  --editors N     editors in all, spread over the documents (default 400)
+  --docs N        documents (default 80)
+  --rate R        edits per second per editor (default 5)
+  --duration S    seconds per run (default 30)
+  --rounds N      alternating rounds of every configuration (default 3)
+  --nodes A,B,... node counts behind the gateway (default 1,2,3)
+  --json FILE     where the runs are written (default bench-results/cluster.json)
+
+Needs nginx and a Redis the nodes share (REDIS_URL, default redis://127.0.0.1:6379).
+`;
+
+function options(): {
+  editors: number;
+  docs: number;
+  ratePerSec: number;
+  durationSec: number;
+  rounds: number;
+  nodeCounts: number[];
+  json: string;
+} {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      options: {
+        editors: { type: 'string', default: '400' },
+        docs: { type: 'string', default: '80' },
+        rate: { type: 'string', default: '5' },
+        duration: { type: 'string', default: '30' },
+        rounds: { type: 'string', default: '3' },
+        nodes: { type: 'string', default: '1,2,3' },
+        json: { type: 'string', default: 'bench-results/cluster.json' },
+        help: { type: 'boolean', default: false },
+      },
+    }));
+  } catch (err) {
+    fail(err instanceof Error ? err.message : String(err));
+  }
+  if (values.help) {
+    process.stdout.write(usage);
+    process.exit(0);
+  }
+  const whole = (name: string, text: string, min = 1): number => {
+    const value = Number(text);
+    if (!/^\d+$/.test(text) || value < min)
+      fail(`--${name} takes a whole number of at least ${min}, got "${text}"`);
+    return value;
+  };
+  const rate = Number(values.rate);
+  if (!(rate > 0)) fail(`--rate takes a number above 0, got "${values.rate}"`);
+  return {
+    editors: whole('editors', values.editors),
+    docs: whole('docs', values.docs),
+    ratePerSec: rate,
+    durationSec: whole('duration', values.duration),
+    rounds: whole('rounds', values.rounds),
+    nodeCounts: values.nodes.split(',').map((text) => whole('nodes', text)),
+    json: values.json,
+  };
+}
+
+function fail(message: string): never {
+  process.stderr.write(`bench:cluster: ${message}\n${usage}`);
+  process.exit(1);
+}
+
+const { editors, docs, ratePerSec, durationSec, rounds, nodeCounts, json } = options();
 const redisUrl = process.env['REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 const clusterEntry = fileURLToPath(new URL('../deploy/cluster.js', import.meta.url));
-const editors = Number(values.editors);
-const docs = Number(values.docs);
-const ratePerSec = Number(values.rate);
-const durationSec = Number(values.duration);
-const rounds = Number(values.rounds);
-const nodeCounts = values.nodes.split(',').map(Number);
 
 /// The first of `count` consecutive ports free now, below Linux's ephemeral range: the swarm's
 /// own outgoing connections take ephemeral ports by the hundred.
@@ -220,6 +271,6 @@ console.log(
   ].join('\n'),
 );
 await writeFile(
-  values.json,
+  json,
   JSON.stringify({ editors, docs, ratePerSec, durationSec, runs: all }, null, 2),
 );
