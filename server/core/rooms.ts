@@ -578,13 +578,17 @@ export class Rooms {
         this.renewalTimeoutMs(),
       );
     } catch (err) {
-      this.failedRenewals.add(room);
+      // Only a room still served here: one closed or unloaded while its renewal was in flight
+      // is not this node's health, and must not be kept (with its document) in the set.
+      if (this.rooms.get(room.docId) === room && room.state === 'open')
+        this.failedRenewals.add(room);
       if (performance.now() - room.leaseRenewedAt > ttlMs) {
         // Not `moved` at once: a store that comes back from an outage in an older state has
         // lost steps that only this copy holds (`leaseGone` asks it first).
         room.leaseGone('the lease could not be renewed in time');
       } else {
         this.log.warn({ doc: room.docId, err }, 'lease renewal failed; retrying');
+        this.retrySoon(room);
       }
       return 'failed';
     }
@@ -602,6 +606,21 @@ export class Rooms {
       );
     }
     return 'held';
+  }
+
+  /// Renews `room`'s lease again a fifteenth of a lease time after a failed renewal, rather
+  /// than at the next period: a failure answered at once (an error reply after a failover, a
+  /// reset connection) followed by another would otherwise send the next renewal a whole lease
+  /// time after the last good one, racing the lease's expiry in the store. At most five tries
+  /// per period and room, and none while one is in flight (`renewLease` joins it).
+  private retrySoon(room: Room): void {
+    const retry = setTimeout(
+      () => {
+        if (this.renewable(room)) void this.renewLease(room);
+      },
+      Math.ceil(this.leases!.ttlMs / 15),
+    );
+    retry.unref();
   }
 
   /// The longest a renewal is waited for: the store's timeout, and never past the time its
@@ -950,6 +969,8 @@ function bounded<T>(promise: Promise<T>, timeoutMs: number): Promise<T> {
       () => reject(new StoreUnavailableError(`no answer within ${timeoutMs} ms`)),
       timeoutMs,
     );
+    // A renewal in flight at shutdown must not hold the process up for its timeout.
+    timer.unref();
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

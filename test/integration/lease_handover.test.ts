@@ -302,6 +302,34 @@ describe('documents changing hands', () => {
     }
   });
 
+  it('retries a renewal that failed at once soon, not a period later: two such failures lose nothing', async () => {
+    const real = await redisStore();
+    const sentAt: number[] = [];
+    const started = performance.now();
+    // Renewals 2 and 3 fail at once (an error reply: READONLY after a failover, LOADING); Redis
+    // holds the lease all along. Retried a whole period later each, the next renewal went out
+    // a lease time after the last good one, racing the key's expiry, and reads were refused
+    // from 0.9 of it on.
+    const failing = renewingThrough(real, async (forward) => {
+      sentAt.push(Math.round(performance.now() - started));
+      if (sentAt.length === 2 || sentAt.length === 3) throw new Error('READONLY');
+      return forward();
+    });
+    const p = roomsOf(failing, 'node-p/1', {}, undefined, 3_000);
+    try {
+      const room = (await p.get('fast-failures', true))!;
+      assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
+      assert.deepEqual(await readFor(p, room, 'fast-failures', 5_000), []);
+      assert.equal(room.state, 'open');
+      // A failed renewal is followed by another within a fraction of a period (1 s here).
+      assert.ok(sentAt[2]! - sentAt[1]! < 500, `retried at ${sentAt.join(', ')} ms`);
+      assert.ok(sentAt[3]! - sentAt[2]! < 500, `retried at ${sentAt.join(', ')} ms`);
+      assert.deepEqual(await send(room, 'p', 'b'), { ok: true, version: 2 });
+    } finally {
+      p.closeAll();
+    }
+  });
+
   it('answers reads once a renewal in flight confirms the lease, and refuses them while it fails', async () => {
     const real = await redisStore();
     let gate: { opened: Promise<void>; open: () => void; fail: (err: Error) => void } | null = null;
