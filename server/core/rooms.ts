@@ -152,6 +152,9 @@ export class Rooms {
   private readonly overdue = new Set<Room>();
   /// Rooms whose last renewal failed: `leasesHealthy` is false while one is registered.
   private readonly failedRenewals = new Set<Room>();
+  /// Rooms retried early since their last good renewal (`retrySoon`): once per run of failures.
+  /// Weak: a room that leaves memory while failing needs no clean-up.
+  private readonly retried = new WeakSet<Room>();
   private heartbeating = false;
   /// Documents this process handed to another lately, and until when (ms, `performance.now()`)
   /// it will not take them back: editors a gateway still sends here for a moment (nginx counts
@@ -588,11 +591,17 @@ export class Rooms {
         room.leaseGone('the lease could not be renewed in time');
       } else {
         this.log.warn({ doc: room.docId, err }, 'lease renewal failed; retrying');
-        this.retrySoon(room);
+        // Once per run of failures: a store that is down for a while is asked at the periods'
+        // pace, not five times as often for every room.
+        if (!this.retried.has(room)) {
+          this.retried.add(room);
+          this.retrySoon(room);
+        }
       }
       return 'failed';
     }
     this.failedRenewals.delete(room);
+    this.retried.delete(room);
     if (outcome === 'lost') {
       room.leaseGone('the lease was lost');
       return 'lost';
@@ -611,8 +620,8 @@ export class Rooms {
   /// Renews `room`'s lease again a fifteenth of a lease time after a failed renewal, rather
   /// than at the next period: a failure answered at once (an error reply after a failover, a
   /// reset connection) followed by another would otherwise send the next renewal a whole lease
-  /// time after the last good one, racing the lease's expiry in the store. At most five tries
-  /// per period and room, and none while one is in flight (`renewLease` joins it).
+  /// time after the last good one, racing the lease's expiry in the store. Not while one is in
+  /// flight (`renewLease` joins it).
   private retrySoon(room: Room): void {
     const retry = setTimeout(
       () => {
