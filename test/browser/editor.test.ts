@@ -3,7 +3,13 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { schema } from '../../schema/index.js';
-import { artifacts, launchChromium, requireWebBundle } from '../support/browser.js';
+import {
+  artifacts,
+  editorPage,
+  launchChromium,
+  requireWebBundle,
+  waitStatus,
+} from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 
 // The browser editor end to end: real Chromium pages on the bundle `npm run build` wrote,
@@ -47,16 +53,7 @@ describe('browser editor', () => {
   });
 
   async function openEditor(docId: string, name: string, color: string): Promise<EditorPage> {
-    const context = await browser.newContext({ viewport: { width: 760, height: 520 } });
-    context.setDefaultTimeout(10_000);
-    await context.addInitScript(
-      (identity) => localStorage.setItem('scriptorium.identity', JSON.stringify(identity)),
-      { name, color },
-    );
-    const page = await context.newPage();
-    page.on('pageerror', (err) => {
-      throw new Error(`${name}'s page threw: ${err.message}`);
-    });
+    const { context, page } = await editorPage(browser, name, color);
     const response = await page.goto(`${server.url}/d/${docId}`);
     assert.equal(response?.status(), 200);
     await page.waitForSelector('.ProseMirror[contenteditable="true"]', { timeout: 10_000 });
@@ -64,14 +61,6 @@ describe('browser editor', () => {
     const editor = { context, page, name };
     open.push(editor);
     return editor;
-  }
-
-  function waitStatus(page: Page, state: string): Promise<unknown> {
-    return page.waitForFunction(
-      (wanted) => document.getElementById('status')?.dataset['state'] === wanted,
-      state,
-      { timeout: 10_000 },
-    );
   }
 
   /// The document a page shows, as JSON text.

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { launchChromium, requireWebBundle } from '../support/browser.js';
+import { editorPage, launchChromium, requireWebBundle, waitStatus } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';
 
 // The browser editor across a reload of its document (the server's history no longer reaches
@@ -26,28 +26,11 @@ describe('browser editor offline and reloaded', () => {
   });
 
   async function openPage(docId: string, name: string, color: string): Promise<Page> {
-    const context = await browser.newContext({ viewport: { width: 760, height: 520 } });
+    const { context, page } = await editorPage(browser, name, color);
     contexts.push(context);
-    context.setDefaultTimeout(10_000);
-    await context.addInitScript(
-      (identity) => localStorage.setItem('scriptorium.identity', JSON.stringify(identity)),
-      { name, color },
-    );
-    const page = await context.newPage();
-    page.on('pageerror', (err) => {
-      throw new Error(`${name}'s page threw: ${err.message}`);
-    });
     await page.goto(`${server.url}/d/${docId}`);
     await waitStatus(page, 'synced');
     return page;
-  }
-
-  function waitStatus(page: Page, state: string): Promise<unknown> {
-    return page.waitForFunction(
-      (wanted) => document.getElementById('status')?.dataset['state'] === wanted,
-      state,
-      { timeout: 10_000 },
-    );
   }
 
   /// Cuts `page` off the server: offline emulation stops new connections but leaves an open

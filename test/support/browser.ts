@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 
 /// Debian's Chromium, or `CHROMIUM_PATH`.
 export const chromiumPath = process.env['CHROMIUM_PATH'] ?? '/usr/bin/chromium';
@@ -42,4 +42,34 @@ export async function launchChromium(): Promise<Browser> {
       '--no-first-run',
     ],
   });
+}
+
+/// A page of its own (a fresh context, as another person's browser) that signs in to the web
+/// editor as `name` in `color` (the identity it keeps in localStorage), and fails the test when
+/// its script throws. Not yet navigated.
+export async function editorPage(
+  browser: Browser,
+  name: string,
+  color: string,
+): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ viewport: { width: 760, height: 520 } });
+  context.setDefaultTimeout(10_000);
+  await context.addInitScript(
+    (identity) => localStorage.setItem('scriptorium.identity', JSON.stringify(identity)),
+    { name, color },
+  );
+  const page = await context.newPage();
+  page.on('pageerror', (err) => {
+    throw new Error(`${name}'s page threw: ${err.message}`);
+  });
+  return { context, page };
+}
+
+/// Waits until the web editor's status bar reads `state` (its `data-state`).
+export function waitStatus(page: Page, state: string): Promise<unknown> {
+  return page.waitForFunction(
+    (wanted) => document.getElementById('status')?.dataset['state'] === wanted,
+    state,
+    { timeout: 10_000 },
+  );
 }
