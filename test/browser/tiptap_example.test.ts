@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { createServer } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
@@ -16,6 +16,20 @@ import { ask, rawSocket } from '../support/socket.js';
 // end with the same document as each other and as the server.
 
 const bundle = new URL('../../examples/tiptap/public/page.js', import.meta.url);
+
+/// A page to link to, on a server of its own, that reports whether it was opened with a
+/// `window.opener` (`reports` holds the paths it was asked for, `/report?opener=…` among them).
+async function linkedPage(): Promise<{ reports: string[]; linked: Server; href: string }> {
+  const reports: string[] = [];
+  const linked = createServer((request, response) => {
+    reports.push(request.url ?? '');
+    response.setHeader('content-type', 'text/html');
+    response.end("<script>fetch('/report?opener=' + (window.opener !== null))</script>");
+  });
+  await new Promise<void>((resolve) => linked.listen(0, '127.0.0.1', resolve));
+  const href = `http://127.0.0.1:${(linked.address() as AddressInfo).port}/minutes`;
+  return { reports, linked, href };
+}
 
 describe('the Tiptap example in a browser', () => {
   let example: Awaited<ReturnType<typeof startExample>>;
@@ -146,14 +160,7 @@ describe('the Tiptap example in a browser', () => {
     // StarterKit's link opened on click with `window.open(href, target)`, without noopener: the
     // opened page got `window.opener` and could send the editor's tab elsewhere (reverse
     // tabnabbing). This page reports whether it was opened and with an opener.
-    const reports: string[] = [];
-    const linked = createServer((request, response) => {
-      reports.push(request.url ?? '');
-      response.setHeader('content-type', 'text/html');
-      response.end("<script>fetch('/report?opener=' + (window.opener !== null))</script>");
-    });
-    await new Promise<void>((resolve) => linked.listen(0, '127.0.0.1', resolve));
-    const href = `http://127.0.0.1:${(linked.address() as AddressInfo).port}/minutes`;
+    const { reports, linked, href } = await linkedPage();
     const writer = new CollabClient({ url: example.url, docId: 'tiptap-link', schema });
     try {
       await writer.ready();
@@ -183,14 +190,7 @@ describe('the Tiptap example in a browser', () => {
     // `target="_blank"` gave the opened page `window.opener` when the link was clicked where
     // the browser follows it (a read-only page, a middle click), and the page could send the
     // editor's tab elsewhere. This page reports whether it has an opener.
-    const reports: string[] = [];
-    const linked = createServer((request, response) => {
-      reports.push(request.url ?? '');
-      response.setHeader('content-type', 'text/html');
-      response.end("<script>fetch('/report?opener=' + (window.opener !== null))</script>");
-    });
-    await new Promise<void>((resolve) => linked.listen(0, '127.0.0.1', resolve));
-    const href = `http://127.0.0.1:${(linked.address() as AddressInfo).port}/minutes`;
+    const { reports, linked, href } = await linkedPage();
     // A step written by hand, over a bare socket: no editor of the example makes this mark.
     const socket = rawSocket(example.url, 'tiptap-opener', 'crafted');
     try {
