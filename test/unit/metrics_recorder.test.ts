@@ -362,6 +362,24 @@ test('start() closes windows on the real clock and stop() removes the timers', a
   assert.ok(window.eventLoopUtilization !== null && window.eventLoopUtilization >= 0);
 });
 
+/// Starts `recorder`'s own timer and resolves with the first two windows it closes, then stops
+/// it (the timer is unref'd: the test keeps the process alive meanwhile).
+async function twoWindowsUnderTheTimer(recorder: MetricsRecorder): Promise<MetricsWindow[]> {
+  const seen: MetricsWindow[] = [];
+  const twoWindows = new Promise<void>((resolve) =>
+    recorder.onWindow((w) => {
+      seen.push(w);
+      if (seen.length === 2) resolve();
+    }),
+  );
+  const keepAlive = setTimeout(() => {}, 5_000);
+  recorder.start();
+  await twoWindows;
+  recorder.stop();
+  clearTimeout(keepAlive);
+  return seen;
+}
+
 test('a listener that throws under the timer is logged, and the timer goes on', async () => {
   // Thrown from the timer, the error would be uncaught and end the process (and this test).
   const logged: { obj: object; msg: string }[] = [];
@@ -371,21 +389,10 @@ test('a listener that throws under the timer is logged, and the timer goes on', 
   recorder.onWindow(() => {
     throw failure;
   });
-  const seen: number[] = [];
-  const twoWindows = new Promise<void>((resolve) =>
-    recorder.onWindow((w) => {
-      seen.push(w.endMs);
-      if (seen.length === 2) resolve();
-    }),
-  );
-  const keepAlive = setTimeout(() => {}, 5_000);
-  recorder.start();
-  await twoWindows;
-  recorder.stop();
-  clearTimeout(keepAlive);
+  const seen = await twoWindowsUnderTheTimer(recorder);
   assert.ok(logged.length >= 2, "each window's failure is logged");
   assert.deepEqual(logged[0], { obj: { err: failure }, msg: 'a metrics window listener failed' });
-  assert.equal(seen[1] - seen[0], 200, 'the next window closed on time');
+  assert.equal(seen[1]!.endMs - seen[0]!.endMs, 200, 'the next window closed on time');
 });
 
 test('a gauge hook that throws is logged once per window, and the windows go on', async () => {
@@ -404,18 +411,7 @@ test('a gauge hook that throws is logged once per window, and the windows go on'
       documents: () => 3,
     },
   );
-  const seen: MetricsWindow[] = [];
-  const twoWindows = new Promise<void>((resolve) =>
-    recorder.onWindow((w) => {
-      seen.push(w);
-      if (seen.length === 2) resolve();
-    }),
-  );
-  const keepAlive = setTimeout(() => {}, 5_000);
-  recorder.start();
-  await twoWindows;
-  recorder.stop();
-  clearTimeout(keepAlive);
+  const seen = await twoWindowsUnderTheTimer(recorder);
   assert.equal(logged.length, 2, 'one line per window');
   assert.deepEqual(logged[0], { obj: { err: failure }, msg: 'a metrics gauge hook failed' });
   assert.equal(seen[0]!.editors, 0);
