@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { docIdPattern } from '../../schema/index.js';
-import { parseDuration, signToken } from '../protocol/auth.js';
+import { maxUserLength, parseDuration, signToken } from '../protocol/auth.js';
 
 // `npm run -s token -- --doc ID --access write --ttl 1h [--user NAME]`: prints a token signed
 // with AUTH_SECRET, and nothing else (`-s` keeps npm's banner out), for trying the server out
@@ -46,8 +46,8 @@ if (!docIdPattern.test(prefix === null ? values.doc : `${prefix}x`)) {
       "or '..'), such an id's prefix followed by '*', or '*'",
   );
 }
-if (values.user.length === 0 || values.user.length > 256) {
-  fail('--user must be 1 to 256 characters');
+if (values.user.length === 0 || values.user.length > maxUserLength) {
+  fail(`--user must be 1 to ${maxUserLength} characters`);
 }
 if (values.access !== 'read' && values.access !== 'write') fail('--access must be read or write');
 const ttlSeconds = parseDuration(values.ttl);

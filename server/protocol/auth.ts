@@ -38,6 +38,9 @@ export interface TokenKeys {
   issuer?: string | null;
 }
 
+/// The longest user name (`sub` claim) a token may carry, in characters.
+export const maxUserLength = 256;
+
 /// The longest token accepted, in characters: a JWT with the four claims is a few hundred.
 const maxTokenLength = 8192;
 
@@ -95,7 +98,7 @@ export function createTokenVerifier(keys: TokenKeys): TokenVerifier {
       }
       if (!payload) return refuse('unauthorized', failure);
       const { sub, doc, access, exp } = payload as Record<string, unknown>;
-      if (typeof sub !== 'string' || sub === '' || sub.length > 256) {
+      if (typeof sub !== 'string' || sub === '' || sub.length > maxUserLength) {
         return refuse('unauthorized', 'The token has no sub claim naming the user');
       }
       if (typeof doc !== 'string' || doc === '') {
