@@ -10,13 +10,20 @@ import { fixed, measuredRun, median, type MeasuredRun } from './measured_run.js'
 // - CPU per edit: server CPU / edits confirmed to their authors;
 // - CPU per delivery: server CPU / (accepted steps × editors of the document): every step
 //   reaches every editor, so this bounds from above what the fan-out costs per delivered step
-//   and recipient (it includes receiving, applying and acknowledging too).
+//   and recipient (it includes receiving, applying and acknowledging too);
+// - broadcast frames per edit: `steps` broadcasts the simulated sockets received / edits
+//   confirmed. With several intervals, CPU per edit is fitted to a line in it (least squares
+//   over every run of an editor count): the slope is what one more frame costs, the intercept
+//   what an edit costs with no broadcast frame at all (receiving, applying, acknowledging),
+//   i.e. the floor no flush interval goes below.
 
 const usage = `Usage: npm run bench:flush -- [options]
 
   --editors A,B,...    editor counts (default 30,60)
   --docs D             documents the editors are spread over (default 1)
-  --intervals A,B,...  FLUSH_INTERVAL_MS values (default 0,10,20)
+  --intervals A,B,...  FLUSH_INTERVAL_MS values (default 0,10,20); add
+                       --env FLUSH_US_PER_SOCKET=1000000 for intervals the room size would
+                       otherwise shorten (the interval is min(FLUSH_INTERVAL_MS, editors x that))
   --rounds N           rounds (default 2)
   --duration S         editing seconds per run; the first 10-s window is warm-up (default 40)
   --rtt MS             added round trip in the simulator (default 0)
@@ -91,7 +98,10 @@ async function main(): Promise<number> {
           `${run.label}: ${fixed(perEdit(run), 0)} µs/edit, ${fixed(
             perDelivery(run, editors / docs!),
             2,
-          )} µs/delivery, ${fixed(run.confirmedEdits / run.steadySec, 1)} edits/s, client p50/p99 ${fixed(
+          )} µs/delivery, ${fixed(framesPerEdit(run), 2)} frames/edit, ${fixed(
+            run.confirmedEdits / run.steadySec,
+            1,
+          )} edits/s, client p50/p99 ${fixed(
             run.clientP50Ms,
             1,
           )}/${fixed(run.clientP99Ms, 1)} ms, server p99 ${fixed(run.serverP99Ms, 2)} ms, refused ${(
@@ -104,9 +114,9 @@ async function main(): Promise<number> {
 
   console.log('');
   console.log(
-    '| Editors | FLUSH_INTERVAL_MS | CPU per edit | CPU per delivery | Edits/s | Client p50 | Client p99 | Refused |',
+    '| Editors | FLUSH_INTERVAL_MS | CPU per edit | CPU per delivery | Broadcast frames per edit | Edits/s | Client p50 | Client p99 | Refused |',
   );
-  console.log('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
+  console.log('| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |');
   for (const editors of editorCounts) {
     for (const interval of intervals) {
       const runs = rows
@@ -117,7 +127,7 @@ async function main(): Promise<number> {
         `| ${editors} | ${interval} | ${fixed(med(perEdit), 0)} µs | ${fixed(
           med((run) => perDelivery(run, editors / docs!)),
           2,
-        )} µs | ${fixed(
+        )} µs | ${fixed(med(framesPerEdit), 2)} | ${fixed(
           med((run) => run.confirmedEdits / run.steadySec),
           0,
         )} | ${fixed(
@@ -133,7 +143,57 @@ async function main(): Promise<number> {
       );
     }
   }
+  for (const editors of editorCounts) {
+    const points = rows
+      .filter((row) => row.editors === editors)
+      .map((row) => [framesPerEdit(row.run), perEdit(row.run)] as const)
+      .filter(
+        (point): point is readonly [number, number] => point[0] !== null && point[1] !== null,
+      );
+    const line = fitLine(points);
+    if (line) {
+      console.log('');
+      console.log(
+        `${editors} editors, least squares over ${points.length} runs: CPU per edit ≈ ${fixed(
+          line.intercept,
+          0,
+        )} µs + ${fixed(line.slope, 2)} µs × broadcast frames per edit (r² ${fixed(line.r2, 3)})`,
+      );
+    }
+  }
   return rows.some((row) => !row.run.converged) ? 1 : 0;
+}
+
+/// The least-squares line through `points` (x, y), or null when the x values do not spread
+/// (one interval, or intervals the room size made equal).
+function fitLine(
+  points: readonly (readonly [number, number])[],
+): { slope: number; intercept: number; r2: number } | null {
+  const n = points.length;
+  if (n < 3) return null;
+  let sx = 0;
+  let sy = 0;
+  for (const [x, y] of points) {
+    sx += x;
+    sy += y;
+  }
+  const mx = sx / n;
+  const my = sy / n;
+  let sxx = 0;
+  let sxy = 0;
+  let syy = 0;
+  for (const [x, y] of points) {
+    sxx += (x - mx) * (x - mx);
+    sxy += (x - mx) * (y - my);
+    syy += (y - my) * (y - my);
+  }
+  if (sxx < 1e-9 * n) return null;
+  const slope = sxy / sxx;
+  return { slope, intercept: my - slope * mx, r2: syy === 0 ? 1 : (sxy * sxy) / (sxx * syy) };
+}
+
+function framesPerEdit(run: MeasuredRun): number | null {
+  return run.confirmedEdits === 0 ? null : run.broadcasts / run.confirmedEdits;
 }
 
 function perEdit(run: MeasuredRun): number | null {

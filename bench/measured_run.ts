@@ -18,6 +18,8 @@ export interface MeasuredRun {
   confirmedEdits: number;
   /// Steps in the accepted batches (steps sent, scaled by the share of batches accepted).
   acceptedSteps: number;
+  /// `steps` broadcasts the simulated sockets received: one server frame each.
+  broadcasts: number;
   refusalShare: number;
   /// The server child's user + system CPU over the steady windows, per 1,000 accepted batches,
   /// as the child reads it of itself.
@@ -59,8 +61,10 @@ export async function measuredRun(
   let confirmedEdits = 0;
   let stepsSent = 0;
   let sends = 0;
+  let broadcasts = 0;
   for (const window of steady) {
     confirmedEdits += window.confirmed;
+    broadcasts += window.broadcasts;
     stepsSent += window.stepsSent;
     sends += window.sends;
     let refused = 0;
@@ -90,6 +94,7 @@ export async function measuredRun(
     acceptedBatches: accepted,
     confirmedEdits,
     acceptedSteps: sends === 0 ? 0 : (stepsSent * accepted) / sends,
+    broadcasts,
     cpuMs,
     steadySec: steady.reduce((sum, window) => sum + (window.endMs - window.startMs), 0) / 1000,
     refusalShare: level.steady.refusalShare,
