@@ -234,8 +234,9 @@ export class Room {
     if (this.state !== 'open') return { ok: false, ...errorBody('unavailable') };
     if (!this.leaseFresh()) {
       // Not answered from the copy, nor waited for here (the answer is synchronous): a
-      // renewal is asked for, and the editor retries once it is likely answered. `Rooms.get`
-      // (a join, a read) waits for it instead.
+      // renewal is asked for, and the editor retries once it is likely answered. The protocol
+      // waits for one before it asks (`Rooms.get`, `Rooms.confirm`): this is for a lease that
+      // went unconfirmed since.
       this.onLeaseStale(this);
       return { ok: false, ...errorBody('unavailable', leaseUnconfirmed, leaseRetryMs) };
     }

@@ -279,6 +279,15 @@ export class Rooms {
     return load;
   }
 
+  /// Resolves once `room`'s lease is confirmed, as `get` waits before resolving a loaded room:
+  /// at once while it is fresh (or there is none), else once a renewal (the one in flight,
+  /// shared with every read waiting, or one sent now) is answered held. Rejects as `get` does:
+  /// with `moved` when it is answered lost or the room closed meanwhile, with a retryable
+  /// `unavailable` when it failed. For reads of a room already joined (a `pull`).
+  confirm(room: Room): Promise<void> {
+    return this.confirmLease(room);
+  }
+
   /// Counts a socket joined to `room`; cancels a pending unload.
   attach(room: Room): void {
     room.sockets++;

@@ -245,6 +245,55 @@ export function attachProtocol(
     return undefined;
   }
 
+  /// Answers a `pull`, or a second `join`, from `room`, which `socket` has joined. While the
+  /// room's lease is unconfirmed the answer waits for a renewal, as a first join's does in
+  /// `Rooms.get`: answered once it is held, refused `moved` when it is lost and `unavailable`
+  /// (with `retryAfterMs`) when it fails. The answer is made and sent in one synchronous step
+  /// either way: the socket receives the document's broadcasts meanwhile, and after its answer
+  /// none older than the answer's version.
+  function answerJoined(
+    socket: ScriptoriumSocket,
+    room: Room,
+    request: SyncRequest,
+    ack: (answer: SyncAnswer) => void,
+    event: 'join' | 'pull',
+  ): void {
+    if (room.leaseFresh()) {
+      return answerSync(socket, room, request, ack, options.maxSocketBufferBytes);
+    }
+    rooms
+      .confirm(room)
+      .then(
+        () => {
+          if (!socket.connected) return;
+          // The token may have run out during the wait.
+          if (hasExpired(socket.data)) {
+            return ack(refusal('unauthorized', tokenExpired, room.publishedVersion));
+          }
+          answerSync(socket, room, request, ack, options.maxSocketBufferBytes);
+        },
+        (err: unknown) => ack(loadRefusal(socket, err, `${event} refused`)),
+      )
+      // As for a join's load: a throw in either continuation is answered, never left an
+      // unhandled rejection.
+      .catch((err: unknown) => handlerFailed(socket, event, log, err, ack));
+  }
+
+  /// The refusal of a `join` or `pull` whose document could not be loaded or its lease
+  /// confirmed (`err`, from `Rooms.get` or `Rooms.confirm`), with the error's `retryAfterMs`;
+  /// `unavailable` and `internal` are logged with `what`.
+  function loadRefusal(socket: ScriptoriumSocket, err: unknown, what: string): ErrorAnswer {
+    const code = loadFailureCode(err);
+    // The store's own words (a path, an address inside the network) stay in the log: the
+    // client gets the table's message for these two, as a handshake does.
+    const ours = code === 'unavailable' || code === 'internal';
+    if (ours) log.warn({ doc: socket.data.docId, err }, what);
+    const body = refusal(code, ours ? undefined : (err as Error)?.message);
+    const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+    if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
+    return body;
+  }
+
   /// Counts a malformed message of `socket`; past `maxProtocolErrors` the socket is closed
   /// with `too-many-errors` (an honest client never sends one).
   function strike(socket: ScriptoriumSocket): void {
@@ -307,9 +356,9 @@ export function attachProtocol(
         if (hasExpired(socket.data)) return ack(refusal('unauthorized', tokenExpired));
         const limited = overRate(socket.data.pulls);
         if (limited) return ack(limited);
-        const answerFrom = (room: Room): void =>
-          answerSync(socket, room, request, answer, options.maxSocketBufferBytes);
-        if (socket.data.room) return answerFrom(socket.data.room);
+        // A second join answers like a pull.
+        if (socket.data.room)
+          return answerJoined(socket, socket.data.room, request, answer, 'join');
         const address = socket.data.address;
         // A reader may follow a document, not make one: one the store does not know is
         // answered `not-found` and nothing is created for it, and one another node serves is
@@ -327,7 +376,9 @@ export function attachProtocol(
             (room) => {
               // The socket may have left while the document loaded, or joined twice.
               if (!socket.connected) return;
-              if (socket.data.room) return answerFrom(socket.data.room);
+              if (socket.data.room) {
+                return answerJoined(socket, socket.data.room, request, answer, 'join');
+              }
               if (!room) return ack(refusal('not-found', readerCannotCreate));
               if (room.state !== 'open') return ack(refusal('unavailable'));
               // Joining the Socket.io room and answering happen in one synchronous step: every
@@ -335,19 +386,10 @@ export function attachProtocol(
               void socket.join(roomOf(room.docId));
               socket.data.room = room;
               rooms.attach(room);
-              answerFrom(room);
+              // Its lease was confirmed by `get` just before.
+              answerSync(socket, room, request, answer, options.maxSocketBufferBytes);
             },
-            (err: unknown) => {
-              const code = loadFailureCode(err);
-              // The store's own words (a path, an address inside the network) stay in the log:
-              // the client gets the table's message for these two, as a handshake does.
-              const ours = code === 'unavailable' || code === 'internal';
-              if (ours) log.warn({ doc: socket.data.docId, err }, 'document load failed');
-              const body = refusal(code, ours ? undefined : (err as Error)?.message);
-              const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-              if (typeof retryAfterMs === 'number') body.retryAfterMs = retryAfterMs;
-              ack(body);
-            },
+            (err: unknown) => ack(loadRefusal(socket, err, 'document load failed')),
           )
           // A throw in either continuation is past `guarded`: answered and logged the same way,
           // not left an unhandled rejection (which ends a host that has no handler for them).
@@ -375,7 +417,7 @@ export function attachProtocol(
         }
         const limited = overRate(socket.data.pulls, room.publishedVersion);
         if (limited) return ack(limited);
-        answerSync(socket, room, request, ack, options.maxSocketBufferBytes);
+        answerJoined(socket, room, request, ack, 'pull');
       }),
     );
 

@@ -2,10 +2,17 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { createClient } from 'redis';
-import { schema, schemaVersion, type ErrorAnswer, type StepsAnswer } from '../../schema/index.js';
+import {
+  schema,
+  schemaVersion,
+  type ErrorAnswer,
+  type StepsAnswer,
+  type SyncAnswer,
+} from '../../schema/index.js';
 import { loadConfig } from '../../server/config.js';
 import {
   leaseRetryMs,
+  movedRetryMs,
   type Room,
   type RoomHooks,
   type RoomTransport,
@@ -14,6 +21,9 @@ import { CodedError, Rooms, type CreatePermit } from '../../server/core/rooms.js
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import type { AppendOutcome, AppendRequest, LeaseStore, Store } from '../../server/stores/store.js';
+import { noAdmissionLimits } from '../support/hostile.js';
+import { startServer } from '../support/server.js';
+import { ask, rawSocket } from '../support/socket.js';
 import { deleteRedisKeys, redisForTests } from '../support/store_fixtures.js';
 import { delay, waitFor } from '../support/wait.js';
 
@@ -118,6 +128,20 @@ function send(room: Room, clientID: string, text = 'a'): Promise<StepsAnswer> {
     };
     room.receive(version, [step], clientID, resolve, performance.now());
   });
+}
+
+/// A step typing `text` at the start of the document, as a client sends it.
+function typing(text: string): unknown {
+  return { stepType: 'replace', from: 1, to: 1, slice: { content: [{ type: 'text', text }] } };
+}
+
+/// A promise `open` resolves and `fail` rejects, for a test to hold a store call with.
+function latch(): { opened: Promise<void>; open: () => void; fail: (err: Error) => void } {
+  let open!: () => void;
+  let fail!: (err: Error) => void;
+  const opened = new Promise<void>((resolve, reject) => ((open = resolve), (fail = reject)));
+  opened.catch(() => {});
+  return { opened, open, fail };
 }
 
 /// The Redis keys of documents whose ids start with `idPrefix`.
@@ -502,6 +526,109 @@ describe('documents changing hands', () => {
     } finally {
       home.closeAll();
       standIn.closeAll();
+    }
+  });
+});
+
+describe('reads through a server', () => {
+  it('answers a pull once a renewal confirms the lease, as a join: moved when it is lost, unavailable while it fails', async () => {
+    const real = await redisStore();
+    // While `hold` is set, renewals wait for it: before they reach Redis, or once Redis ran
+    // them, their answer held back (a slow reply).
+    let hold: (ReturnType<typeof latch> & { where: 'before' | 'after' }) | null = null;
+    const holding = (where: 'before' | 'after') => (hold = { ...latch(), where });
+    const gated = renewingThrough(real, async (forward) => {
+      const held = hold;
+      if (held?.where === 'before') await held.opened;
+      const outcome = await forward();
+      if (held?.where === 'after') await held.opened;
+      return outcome;
+    });
+    const server = await startServer(
+      { ...noAdmissionLimits, leaseMs: 2_000, storeTimeoutMs: 1_900, nodeId: 'node-p' },
+      gated,
+    );
+    const writer = rawSocket(server.url, 'pulled', 'writer');
+    const reader = rawSocket(server.url, 'pulled', 'reader');
+    // What reaches the reader, in order: broadcasts and pull answers, by version.
+    const seen: string[] = [];
+    reader.on('steps', (message: { version: number }) => seen.push(`steps ${message.version}`));
+    const pull = (request: object) =>
+      ask<SyncAnswer>(reader, 'pull', request).then((answer) => {
+        seen.push(answer.ok ? `pull ${answer.version}` : `pull ${answer.code}`);
+        return answer;
+      });
+    try {
+      assert.ok((await ask<SyncAnswer>(writer, 'join', {})).ok);
+      const typed = await ask<StepsAnswer>(writer, 'steps', { version: 0, steps: [typing('a')] });
+      assert.deepEqual(typed, { ok: true, version: 1 });
+      const joined = await ask<SyncAnswer>(reader, 'join', {});
+      assert.ok(joined.ok);
+      const room = server.server.rooms.peek('pulled')!;
+
+      // A renewal in flight past the lease's freshness: the pull waits for it, as a join
+      // does, and is answered once it is held. It was refused unavailable at once.
+      holding('after');
+      await waitFor(() => !room.leaseFresh(), 'the lease unconfirmed', 3_000);
+      const waiting = pull({ version: 1, epoch: joined.epoch });
+      // A batch accepted meanwhile is broadcast to the reader before its answer, which holds it.
+      const meanwhile = await ask<StepsAnswer>(writer, 'steps', {
+        version: 1,
+        steps: [typing('b')],
+      });
+      assert.deepEqual(meanwhile, { ok: true, version: 2 });
+      await delay(20);
+      assert.deepEqual(seen, ['steps 2'], 'the pull waits for the renewal');
+      hold!.open();
+      hold = null;
+      const answered = await waiting;
+      assert.ok(answered.ok && 'steps' in answered, JSON.stringify(answered));
+      assert.equal(answered.version, 2);
+      assert.equal(answered.steps.length, 1);
+      assert.deepEqual(seen, ['steps 2', 'pull 2']);
+      // And after the answer, only what is newer.
+      const later = await ask<StepsAnswer>(writer, 'steps', { version: 2, steps: [typing('c')] });
+      assert.deepEqual(later, { ok: true, version: 3 });
+      await waitFor(() => seen.length === 3, 'the next broadcast');
+      assert.deepEqual(seen, ['steps 2', 'pull 2', 'steps 3']);
+
+      // A renewal that fails: the pull is refused, retryable, and the document stays open;
+      // the next pull is answered.
+      holding('after');
+      await waitFor(() => !room.leaseFresh(), 'the lease unconfirmed', 3_000);
+      const refused = pull({});
+      await delay(20);
+      hold!.fail(new Error('renew timed out'));
+      hold = null;
+      const refusal = await refused;
+      assert.deepEqual(refusal.ok ? refusal : [refusal.code, refusal.retryAfterMs], [
+        'unavailable',
+        leaseRetryMs,
+      ]);
+      assert.equal(room.state, 'open');
+      const again = await pull({});
+      assert.ok(again.ok && again.version === 3, JSON.stringify(again));
+
+      // A lease lost meanwhile (another process took it once it expired): moved.
+      holding('before');
+      await waitFor(() => !room.leaseFresh(), 'the lease unconfirmed', 3_000);
+      await real.leases.release('pulled', room.lease!);
+      assert.ok((await real.leases.acquire('pulled', 'node-x/1', 2_000)).ok);
+      const lost = pull({});
+      await delay(20);
+      assert.equal(seen.at(-1), 'pull 3', 'the pull waits for the renewal');
+      hold!.open();
+      hold = null;
+      const moved = await lost;
+      assert.deepEqual(moved.ok ? moved : [moved.code, moved.retryAfterMs], [
+        'moved',
+        movedRetryMs,
+      ]);
+    } finally {
+      (hold as { open: () => void } | null)?.open();
+      writer.close();
+      reader.close();
+      await server.close();
     }
   });
 });
