@@ -145,7 +145,8 @@ export interface Collab {
   ): Promise<number>;
   /// The document's published version and content, loading it if needed; null when the store
   /// has no such document. Rejects with a `CodedError` `bad-document-id` for an id outside
-  /// `docIdPattern`.
+  /// `docIdPattern`, and with the code of a load that failed (`unavailable` with
+  /// `retryAfterMs` while the document is being reloaded after a conflict, `moved`, ...).
   document(docId: string): Promise<{ version: number; doc: Node } | null>;
   /// Connected editors, over every attached namespace.
   readonly editors: number;

@@ -38,6 +38,11 @@ export const leaseRetryMs = 250;
 export const leaseUnconfirmed =
   'This node is confirming it still serves this document: try again in a moment';
 
+/// How long a read refused because its document's room is closed but still settling with its
+/// store (`askStore`, `restartHistory`) waits before trying again (ms): about a store read's
+/// round trip, after which the room is gone and the next read loads what the store holds.
+export const settlingRetryMs = 250;
+
 /// Receives the outcome and timings of every `steps` message: 'accepted' or an error code,
 /// and milliseconds from `performance.now()` when it was received, validated and applied,
 /// persisted (NaN when it never got that far) and answered. `MetricsRecorder` is one.

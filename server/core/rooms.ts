@@ -9,6 +9,7 @@ import {
   leaseUnconfirmed,
   movedRetryMs,
   Room,
+  settlingRetryMs,
   type BatchObserver,
   type RoomHooks,
   type RoomOptions,
@@ -239,7 +240,9 @@ export class Rooms {
   /// `Room.leaseFresh`: its copy may be older than what another process wrote since) is
   /// resolved only once a renewal (the one in flight, or one sent now) is answered held;
   /// rejects with `moved` when it is answered lost, and with a retryable `unavailable` when it
-  /// fails (the room stays open: see `confirmLease`).
+  /// fails (the room stays open: see `confirmLease`). A loaded room that is closed but still
+  /// settling with its store (after a conflict or a lost lease) rejects with a retryable
+  /// `unavailable` (`settlingRetryMs`): its copy is not read from.
   get(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     const room = this.rooms.get(docId);
     if (room) {
@@ -247,6 +250,16 @@ export class Rooms {
       // open or already closed and asking its store: another process may have moved it on.
       // Asked again once confirmed: the room may have gone meanwhile.
       if (!room.leaseFresh()) return this.confirmLease(room).then(() => this.get(docId, create));
+      // Closed and still registered: asking its store where it stands (a conflict, a lost
+      // lease) or storing its copy under a new epoch. The copy may be behind the store, or
+      // about to be replaced: no read from it, and no load of the store's before it has gone.
+      if (room.state !== 'open') {
+        return Promise.reject(
+          new CodedError('unavailable', 'This document is being reloaded: try again in a moment', {
+            retryAfterMs: settlingRetryMs,
+          }),
+        );
+      }
       // Re-inserted: the map's order is least recently used first.
       this.rooms.delete(docId);
       this.rooms.set(docId, room);

@@ -633,6 +633,72 @@ describe('reads through a server', () => {
   });
 });
 
+describe('a document closed while it asks its store', () => {
+  it('is not read from: GET /docs/:id and collab.document() are refused, retryable, until it is reloaded', async () => {
+    const real = await redisStore();
+    // While `held` is set, loads of the document wait for it: the room, closed after its
+    // snapshot's conflict, asks where the store stands and waits for the answer.
+    let held: ReturnType<typeof latch> | null = null;
+    const holding = Object.assign(Object.create(real) as RedisStore, {
+      load: async (docId: string) => {
+        if (held) await held.opened;
+        return real.load(docId);
+      },
+    });
+    const server = await startServer({ ...noAdmissionLimits, nodeId: 'node-p' }, holding);
+    const editor = rawSocket(server.url, 'closed-read', 'editor');
+    try {
+      assert.ok((await ask<SyncAnswer>(editor, 'join', {})).ok);
+      const typed = await ask<StepsAnswer>(editor, 'steps', { version: 0, steps: [typing('a')] });
+      assert.deepEqual(typed, { ok: true, version: 1 });
+      const room = server.server.rooms.peek('closed-read')!;
+      // Another writer moved the document to another epoch behind this copy's back: the next
+      // snapshot is refused as a conflict, and the room closes while it asks the store.
+      const client = createClient({ url: redisUrl });
+      await client.connect();
+      try {
+        await client.hSet(docKeys(keyPrefix, 'closed-read').meta, 'epoch', 'elsewhere');
+      } finally {
+        await client.quit();
+      }
+      held = latch();
+      assert.equal(await room.snapshot(), false);
+      assert.equal(room.state, 'closed');
+      assert.equal(server.server.rooms.peek('closed-read'), room, 'still registered');
+      assert.ok(room.leaseFresh(), 'its lease has not lapsed');
+      // Its copy is behind the store: it was answered from, under the epoch the store left.
+      await assert.rejects(server.server.collab.document('closed-read'), {
+        code: 'unavailable',
+      });
+      const read = await fetch(`${server.url}/docs/closed-read`);
+      const body = (await read.json()) as { code?: string; retryAfterMs?: number };
+      assert.deepEqual([read.status, body.code], [503, 'unavailable'], JSON.stringify(body));
+      assert.ok(typeof body.retryAfterMs === 'number' && body.retryAfterMs > 0);
+      // As a join is.
+      const joiner = rawSocket(server.url, 'closed-read', 'joiner');
+      const refused = await ask<SyncAnswer>(joiner, 'join', {});
+      joiner.close();
+      assert.deepEqual(refused.ok ? refused : [refused.code, refused.retryAfterMs], [
+        'unavailable',
+        body.retryAfterMs,
+      ]);
+      // Once the store answered, the room goes, and the next read loads what the store holds.
+      held.open();
+      held = null;
+      await waitFor(() => server.server.rooms.peek('closed-read') !== room, 'the room gone');
+      const reloaded = (await (await fetch(`${server.url}/docs/closed-read`)).json()) as {
+        epoch?: string;
+        version?: number;
+      };
+      assert.deepEqual([reloaded.epoch, reloaded.version], ['elsewhere', 1]);
+    } finally {
+      held?.open();
+      editor.close();
+      await server.close();
+    }
+  });
+});
+
 describe('a refused creation', () => {
   it('changes nothing: no keys, no document unloaded for it', async () => {
     const store = await redisStore();
