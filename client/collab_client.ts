@@ -144,7 +144,7 @@ export class CollabClient {
   /// How many of the first unconfirmed steps were in a batch the server refused for good
   /// (`invalid-step`, `too-large`, `too-deep`). The server refuses a batch whole
   /// without saying which step it will not take, and each such refusal is a strike against the
-  /// connection (`too-many-errors` after 20): rather than bisect, with a refusal per half, the
+  /// connection (`too-many-errors` after 20 in a burst): rather than bisect, with a refusal per half, the
   /// client sends these steps again one at a time, so that each refusal names exactly one step,
   /// which alone is dropped (`dropRefused`), and the valid ones land.
   private suspect = 0;

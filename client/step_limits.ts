@@ -2,7 +2,7 @@ import { errorBody, type BatchLimits, type ErrorBody } from '../schema/index.js'
 
 // What the server's payload gate refuses in a step before reading it, checked here so that a
 // step it would refuse is never sent: each refusal of the gate is a strike against the
-// connection (20 close it `too-many-errors`, for good), and the gate does not say which step of
+// connection (20 in a burst close it `too-many-errors`, for good), and the gate does not say which step of
 // a batch it refused, so an offline backlog with a dozen pasted data: images cost a strike per
 // image and more, and the connection was closed with the edits after them unsent.
 

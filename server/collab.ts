@@ -309,6 +309,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
           pullsPerSecond: config.pullsPerSecond,
           pullsBurst: config.pullsBurst,
           maxProtocolErrors: config.maxProtocolErrors,
+          protocolErrorForgiveMs: config.protocolErrorForgiveMs,
           maxSocketBufferBytes: config.maxSocketBufferBytes,
           batchLimits: {
             maxMessageBytes: config.maxMessageBytes,

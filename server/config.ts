@@ -54,8 +54,12 @@ export interface Config {
   newDocumentsPerMinute: number;
   /// Documents held in memory; the least recently used idle one is unloaded to make room.
   maxLoadedDocuments: number;
-  /// Malformed messages one socket may send before it is closed (`too-many-errors`).
+  /// Malformed messages one socket may send in a burst before it is closed
+  /// (`too-many-errors`): one is forgiven every `protocolErrorForgiveMs` while any are counted.
   maxProtocolErrors: number;
+  /// How often one counted malformed message is forgiven (a leaky bucket, on the monotonic
+  /// clock): occasional refusals spread over a long session never add up to a close.
+  protocolErrorForgiveMs: number;
   /// Proxies whose `X-Forwarded-For` is believed (addresses, CIDR ranges, or `loopback`,
   /// `linklocal`, `uniquelocal`); empty: the peer address is the client's.
   trustProxy: string[];
@@ -129,6 +133,12 @@ export const defaults: Readonly<Config> = Object.freeze({
   newDocumentsPerMinute: 300,
   maxLoadedDocuments: 2_000,
   maxProtocolErrors: 20,
+  // A minute: refusals an honest client cannot foresee follow a person's edit (a paste the
+  // server refuses for a reason the client could not check), one or two strikes each, far
+  // rarer than one a minute over a session; a socket that sends malformed messages in a loop
+  // is still closed after its burst, and one that paces them to stay open is held to one a
+  // minute, nothing beside the 50 batches a second its rate bucket lets any socket send.
+  protocolErrorForgiveMs: 60_000,
   trustProxy: [],
   flushIntervalMs: 40,
   flushUsPerSocket: 500,
@@ -182,6 +192,7 @@ export const environment = {
   NEW_DOCUMENTS_PER_MINUTE: 'newDocumentsPerMinute',
   MAX_LOADED_DOCUMENTS: 'maxLoadedDocuments',
   MAX_PROTOCOL_ERRORS: 'maxProtocolErrors',
+  PROTOCOL_ERROR_FORGIVE_MS: 'protocolErrorForgiveMs',
   TRUST_PROXY: 'trustProxy',
   FLUSH_INTERVAL_MS: 'flushIntervalMs',
   FLUSH_US_PER_SOCKET: 'flushUsPerSocket',
@@ -239,6 +250,8 @@ const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
   newDocumentsPerMinute: [0, 10_000_000],
   maxLoadedDocuments: [1, 10_000_000],
   maxProtocolErrors: [1, 1_000_000],
+  // Below a tenth of a second, a socket could send ten malformed messages a second for ever.
+  protocolErrorForgiveMs: [100, 86_400_000],
   flushIntervalMs: [0, 1_000],
   flushUsPerSocket: [0, 1_000_000],
   snapshotEverySteps: [1, 10_000_000],

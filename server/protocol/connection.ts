@@ -41,7 +41,10 @@ export interface ProtocolOptions {
   batchesBurst: number;
   pullsPerSecond: number;
   pullsBurst: number;
+  /// Malformed messages a socket may send in a burst: the count at which it is closed.
   maxProtocolErrors: number;
+  /// One counted malformed message is forgiven per this many milliseconds.
+  protocolErrorForgiveMs: number;
   maxSocketBufferBytes: number;
   /// Told to every client in its `join` answers, to size its batches by.
   batchLimits: Readonly<BatchLimits>;
@@ -217,6 +220,7 @@ export function attachProtocol(
       batches: new TokenBucket(options.batchesPerSecond, options.batchesBurst, now),
       pulls: new TokenBucket(options.pullsPerSecond, options.pullsBurst, now),
       protocolErrors: 0,
+      protocolErrorsSince: now,
     };
     // Only a writer claims the client id: its steps carry it. A reader's claim would only
     // lock the writer out.
@@ -294,10 +298,32 @@ export function attachProtocol(
     return body;
   }
 
-  /// Counts a malformed message of `socket`; past `maxProtocolErrors` the socket is closed
-  /// with `too-many-errors` (an honest client never sends one).
+  /// Counts a malformed message of `socket`; at `maxProtocolErrors` counted the socket is
+  /// closed with `too-many-errors`. A leaky bucket: while any are counted, one is forgiven
+  /// every `protocolErrorForgiveMs`, worked out here from the clock rather than by a timer per
+  /// socket. A client with honest refusals it could not foresee (a step the server refuses for
+  /// a reason the client cannot check, struck with its batch, then alone) thus keeps its
+  /// connection for hours of editing, while one that sends them in a loop is still closed
+  /// after its burst. Forgiven whole intervals at a time, so a burst of `maxProtocolErrors`
+  /// within one interval closes the socket, as before.
   function strike(socket: ScriptoriumSocket): void {
-    if (++socket.data.protocolErrors < options.maxProtocolErrors || !socket.connected) return;
+    const data = socket.data;
+    const now = performance.now();
+    if (data.protocolErrors > 0) {
+      const forgiven = Math.floor(
+        (now - data.protocolErrorsSince) / options.protocolErrorForgiveMs,
+      );
+      if (forgiven >= data.protocolErrors) {
+        data.protocolErrors = 0;
+      } else if (forgiven > 0) {
+        data.protocolErrors -= forgiven;
+        // Not `now`: the part of an interval already served counts toward the next one.
+        data.protocolErrorsSince += forgiven * options.protocolErrorForgiveMs;
+      }
+    }
+    // An empty bucket does not leak: a quiet hour earns no credit for the next burst.
+    if (data.protocolErrors === 0) data.protocolErrorsSince = now;
+    if (++data.protocolErrors < options.maxProtocolErrors || !socket.connected) return;
     sendAway(socket, { ...errorBody('too-many-errors'), retryAfterMs: 0 }, true);
   }
 

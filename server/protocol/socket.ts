@@ -19,8 +19,12 @@ export interface SocketData {
   /// `steps` batches, and `join` + `pull` requests, this socket may still send.
   batches: TokenBucket;
   pulls: TokenBucket;
-  /// Malformed messages received so far (`maxProtocolErrors` closes the socket).
+  /// Malformed messages counted against the socket, less those forgiven since
+  /// (`maxProtocolErrors` closes the socket).
   protocolErrors: number;
+  /// When the next strike is forgiven from (`performance.now()` ms): the first strike counted
+  /// since the count was last 0, moved on by a forgiveness interval for each one forgiven.
+  protocolErrorsSince: number;
   /// Who the host's `authenticate` said this is; null in open mode (no `authenticate`).
   user: string | null;
   /// When the socket's credentials expire (ms since the epoch): its steps are refused

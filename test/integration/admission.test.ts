@@ -198,6 +198,43 @@ describe('admission and back-pressure', () => {
     });
   });
 
+  it('forgives malformed messages spread over time, and still closes a burst', async () => {
+    const forgiveMs = 200;
+    await withServer(
+      { maxProtocolErrors: 3, protocolErrorForgiveMs: forgiveMs },
+      async (server, sockets) => {
+        const socket = await connected(server.url, 'forgiven', 'a');
+        sockets.push(socket);
+        let closing: string | null = null;
+        socket.on('closing', (notice: { code: string }) => (closing = notice.code));
+        const gone = new Promise<string>((resolve) => socket.once('disconnect', resolve));
+        assert.ok((await ask<SyncAnswer>(socket, 'join', {})).ok);
+        // Each answered refusal is a strike counted before the next is sent.
+        const malformed = async (i: number): Promise<void> => {
+          // Socket.io fails the acknowledgement of a socket that closes first.
+          const answer = await ask<SyncAnswer>(socket, 'pull', 'not a request').catch(() =>
+            assert.fail(`closed (${closing}) at message ${i}`),
+          );
+          assert.equal(!answer.ok && answer.code, 'bad-request', `message ${i}`);
+        };
+        await malformed(0);
+        await malformed(1);
+        // Eight in all, over twice the burst allowed, each after an interval has passed.
+        for (let i = 2; i < 8; i++) {
+          await delay(forgiveMs + 50);
+          await malformed(i);
+        }
+        assert.equal(closing, null, 'not closed');
+        assert.ok(socket.connected);
+        assert.ok((await ask<SyncAnswer>(socket, 'pull', {})).ok, 'still served');
+        // Twice the burst in one go: closed whatever a slow machine forgives meanwhile.
+        for (let i = 0; i < 6; i++) socket.emit('no-such-event', i);
+        assert.equal(await gone, 'io server disconnect');
+        assert.equal(closing, 'too-many-errors');
+      },
+    );
+  });
+
   it('limits how many new documents one address creates, not joins of existing ones', async () => {
     await withServer({ newDocumentsPerMinute: 2 }, async (server, sockets) => {
       for (const doc of ['new-1', 'new-2']) {
