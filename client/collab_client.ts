@@ -630,7 +630,7 @@ export class CollabClient {
       return;
     }
     if (this.suspect > sendable.steps.length) this.suspect = sendable.steps.length;
-    const steps = this.nextBatch(sendable.steps);
+    const steps = this.nextBatch(sendable.steps, sendable.version);
     if (!Array.isArray(steps)) {
       // A step bigger than the server takes in a message, or one its payload gate would refuse
       // (a string or a nesting over its limits): sending it could only close the connection
@@ -656,8 +656,9 @@ export class CollabClient {
   /// The JSON of the next batch: the first unconfirmed steps, as many as `batchLimit` and the
   /// server's limits allow, up to the first the server would refuse (`stepOverLimits`); or,
   /// when the first step alone is one the server would refuse (over its message size, a
-  /// string or a nesting over its payload limits), the refusal to drop it with.
-  private nextBatch(unconfirmed: readonly Step[]): StepJSON[] | ErrorBody {
+  /// string or a nesting over its payload limits), the refusal to drop it with. `version` is
+  /// the one the batch is sent at.
+  private nextBatch(unconfirmed: readonly Step[], version: number): StepJSON[] | ErrorBody {
     const limits = this.limits;
     // Suspect steps go on their own, never with steps after them the server has not refused.
     const maxSteps = Math.min(
@@ -674,7 +675,13 @@ export class CollabClient {
       const json = unconfirmed[i]!.toJSON() as StepJSON;
       const size = utf8Length(JSON.stringify(json)) + 1;
       if (steps.length > 0 && bytes + size > maxBytes) break;
-      if (steps.length === 0 && limits && size > limits.maxMessageBytes) {
+      // The message around a lone step counts too: `{"version":…,"steps":[]}`, as the gate
+      // measures it. A step that fits the limit only without it was sent, refused and struck.
+      if (
+        steps.length === 0 &&
+        limits &&
+        size - 1 + messageBytes + decimalDigits(version) > limits.maxMessageBytes
+      ) {
         return errorBody('too-large', 'A local step is larger than the server takes');
       }
       const refused = limits ? stepOverLimits(json, limits) : null;
@@ -1065,6 +1072,16 @@ const halveAbove = 64;
 
 /// What a batch may hold when the server does not say (its default message limit is 64 KiB).
 const defaultMaxBatchBytes = 32 * 1024;
+
+/// Bytes of `{"version":,"steps":[]}`: a `steps` message but its version and its steps.
+const messageBytes = 23;
+
+/// Digits of a version in JSON, without making a string of it (once per batch).
+function decimalDigits(n: number): number {
+  let digits = 1;
+  for (let limit = 10; n >= limit; limit *= 10) digits++;
+  return digits;
+}
 
 /// The bytes of `text` in UTF-8.
 function utf8Length(text: string): number {

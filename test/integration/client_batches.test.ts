@@ -560,4 +560,48 @@ describe('client: one step of a batch refused for good', () => {
       await server.close();
     }
   });
+
+  it('drops a step that fits the message size only without the message around it', async () => {
+    // `{"version":1,"steps":[…]}` adds 24 bytes to its step: a step of 4,090 bytes was sent
+    // alone (under the 4,096 of a message), refused too-large by the payload gate, a strike.
+    const server = await startServer({ maxMessageBytes: 4096 });
+    const { editor, reloads } = editorWithReloads(server.url, 'step-and-envelope');
+    const sent: string[] = [];
+    editor.socket.onAnyOutgoing((event, payload: unknown) => {
+      if (event === 'steps') sent.push(JSON.stringify(payload));
+    });
+    /// Types a run of x's whose step's JSON is `bytes` long, once what is typed is confirmed.
+    const typeStepOf = async (bytes: number): Promise<string> => {
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'confirmed');
+      const state = editor.state!;
+      const at = state.doc.firstChild!.nodeSize - 1;
+      const one = JSON.stringify(state.tr.insertText('x', at).steps[0]!.toJSON()).length;
+      const text = 'x'.repeat(bytes - one + 1);
+      type(editor, text);
+      return text;
+    };
+    try {
+      await waitFor(() => editor.status === 'synced', 'the editor to join');
+      // Exactly a message's worth with its version 0: taken.
+      const taken = await typeStepOf(4096 - 24);
+      await typeStepOf(4090);
+      type(editor, 'after');
+      await waitFor(
+        () => editor.status === 'synced' && !editor.hasUnconfirmed && reloads.length === 1,
+        'every step confirmed but the one too large with its message',
+      );
+      assert.equal(editor.error?.code, 'too-large');
+      assert.equal(editor.version, 2);
+      assert.equal(editor.state!.doc.textContent, `${taken}after`);
+      assert.deepEqual(editor.refusals, {});
+      assert.deepEqual(strikes(server), [0]);
+      // The first, exactly at the limit, and 'after': the step too large was never sent.
+      assert.equal(sent.length, 2);
+      assert.equal(sent[0]!.length, 4096);
+      assert.ok(sent[1]!.includes('after'));
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
 });
