@@ -20,6 +20,7 @@ import { CodedError, Rooms } from './core/rooms.js';
 import { Admission } from './protocol/admission.js';
 import { ClientOwners } from './protocol/client_owners.js';
 import { attachProtocol } from './protocol/connection.js';
+import { loadFailureCode } from './protocol/guard.js';
 import { sendAway } from './protocol/outbound.js';
 import { roomOf, type Authenticate, type ScriptoriumNamespace } from './protocol/socket.js';
 import { MemoryStore } from './stores/memory_store.js';
@@ -144,9 +145,10 @@ export interface Collab {
     options?: { user?: string | null; clientID?: string },
   ): Promise<number>;
   /// The document's published version and content, loading it if needed; null when the store
-  /// has no such document. Rejects with a `CodedError` `bad-document-id` for an id outside
-  /// `docIdPattern`, and with the code of a load that failed (`unavailable` with
-  /// `retryAfterMs` while the document is being reloaded after a conflict, `moved`, ...).
+  /// has no such document. Rejects with a `CodedError`: `bad-document-id` for an id outside
+  /// `docIdPattern`, `unavailable` when the store fails (with `retryAfterMs` while the document
+  /// is being reloaded after a conflict), `corrupt` for a quarantined document, `moved` (with
+  /// `retryAfterMs`) when another node serves it.
   document(docId: string): Promise<{ version: number; doc: Node } | null>;
   /// Connected editors, over every attached namespace.
   readonly editors: number;
@@ -353,7 +355,15 @@ export function createCollab(options: CollabOptions = {}): Collab {
     },
     async document(docId) {
       checkDocId(docId);
-      const room = await rooms.get(docId, false);
+      let room;
+      try {
+        room = await rooms.get(docId, false);
+      } catch (err) {
+        // The store's and the registry's own errors are not exported: a host could tell a
+        // store that is down from a quarantined document only by their names.
+        if (err instanceof CodedError) throw err;
+        throw new CodedError(loadFailureCode(err), (err as Error)?.message, { cause: err });
+      }
       if (!room) return null;
       return { version: room.publishedVersion, doc: room.publishedDoc };
     },

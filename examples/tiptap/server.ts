@@ -1,28 +1,42 @@
 import { readFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { Server } from 'socket.io';
 // In your app: `import { createCollab, FileStore } from 'scriptorium'`. The example imports
 // the repository's build by path so that it runs from a fresh clone after `npm run build`.
-import { createCollab, MemoryStore, type Collab } from '../../server/index.js';
+import {
+  CodedError,
+  createCollab,
+  MemoryStore,
+  type Collab,
+  type Store,
+} from '../../server/index.js';
 // In your app: `from 'scriptorium/schema'`.
-import { docIdPattern, errorBody } from '../../schema/index.js';
+import { docIdPattern, errorBody, errors, type ErrorCode } from '../../schema/index.js';
 import { schema } from './extensions.js';
 
 /// The host app of the example: its own http server (the page, its script, and a read-only
 /// `GET /docs/:id` for the tests) and its own Socket.io server, on which `createCollab` serves
-/// documents of Tiptap's schema.
+/// documents of Tiptap's schema, kept in `store` (in memory by default).
 export async function startExample(
   port = 0,
   host = '127.0.0.1',
+  store: Store = new MemoryStore(),
 ): Promise<{ url: string; collab: Collab; close(): Promise<void> }> {
   const publicDir = fileURLToPath(new URL('./public/', import.meta.url));
   // Open on purpose (anyone who reaches it may edit): an example, listening on loopback. Your
   // app passes an `authenticate` that checks its own sessions.
-  const collab = createCollab({ schema, store: new MemoryStore(), authenticate: null });
+  const collab = createCollab({ schema, store, authenticate: null });
   const http = createServer((request, response) => {
-    const path = new URL(request.url ?? '/', 'http://host').pathname;
+    // `new URL` throws on a request target such as `//[` (its host part does not parse), and a
+    // throw in this handler would end the process: one request would take the example down.
+    let path: string;
+    try {
+      path = new URL(request.url ?? '/', 'http://host').pathname;
+    } catch {
+      return answerError(response, 'bad-request', 'The request target is not a URL');
+    }
     const docMatch = /^\/docs\/([^/]+)$/.exec(path);
     if (docMatch) {
       // A malformed escape (`%E0%A4%A`) makes decodeURIComponent throw, which in this handler
@@ -36,39 +50,31 @@ export async function startExample(
         docId = null;
       }
       if (docId === null || !docIdPattern.test(docId)) {
-        response.statusCode = 400;
-        response.setHeader('content-type', 'application/json');
-        response.end(JSON.stringify(errorBody('bad-document-id')));
-        return;
+        return answerError(response, 'bad-document-id');
       }
       void collab.document(docId).then(
         (read) => {
+          if (!read) return answerError(response, 'not-found');
           response.setHeader('content-type', 'application/json');
-          if (!read) response.statusCode = 404;
-          response.end(JSON.stringify(read && { version: read.version, doc: read.doc.toJSON() }));
+          response.end(JSON.stringify({ version: read.version, doc: read.doc.toJSON() }));
         },
-        () => {
-          response.statusCode = 500;
-          response.end();
+        (err: unknown) => {
+          // `document()` rejects with a CodedError (`unavailable` when the store fails); the
+          // table's message is sent, not the error's, which may name the store's internals.
+          const coded = err instanceof CodedError ? err : null;
+          answerError(response, coded?.code ?? 'internal', undefined, coded?.retryAfterMs);
         },
       );
       return;
     }
     const file = path === '/' ? 'index.html' : path === '/page.js' ? 'page.js' : null;
-    if (!file) {
-      response.statusCode = 404;
-      response.end('not found');
-      return;
-    }
+    if (!file) return answerError(response, 'not-found', `Nothing at ${path}`);
     readFile(publicDir + file).then(
       (body) => {
         response.setHeader('content-type', file.endsWith('.js') ? 'text/javascript' : 'text/html');
         response.end(body);
       },
-      () => {
-        response.statusCode = 500;
-        response.end('run npm run build first');
-      },
+      () => answerError(response, 'internal', 'The page is not built: run npm run build first'),
     );
   });
   const io = new Server(http, collab.socketOptions);
@@ -83,6 +89,27 @@ export async function startExample(
       await new Promise<void>((resolve) => io.close(() => resolve()));
     },
   };
+}
+
+/// Answers with the coded body the standalone server sends (`{code, message, retryable}`):
+/// 400 for a bad request or id, 404 for nothing there, 503 for a failure worth retrying (the
+/// store is down), 500 for one that is not.
+function answerError(
+  response: ServerResponse,
+  code: ErrorCode,
+  message?: string,
+  retryAfterMs?: number,
+): void {
+  response.statusCode =
+    code === 'bad-request' || code === 'bad-document-id'
+      ? 400
+      : code === 'not-found'
+        ? 404
+        : errors[code].retryable
+          ? 503
+          : 500;
+  response.setHeader('content-type', 'application/json');
+  response.end(JSON.stringify(errorBody(code, message, retryAfterMs)));
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

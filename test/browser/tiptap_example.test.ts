@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { CollabClient } from '../../client/index.js';
+import { MemoryStore } from '../../server/index.js';
+import { StoreUnavailableError } from '../../server/stores/store.js';
 import { errorBody, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
 import { schema } from '../../examples/tiptap/extensions.js';
 import { startExample } from '../../examples/tiptap/server.js';
@@ -238,6 +240,48 @@ describe('the Tiptap example in a browser', () => {
     assert.equal(bad.status, 400);
     const good = await fetch(`${example.url}/docs/tiptap-after-bad`);
     assert.equal(good.status, 404);
+    assert.deepEqual(await good.json(), errorBody('not-found'));
+  });
+
+  it('answers a request target that is not a URL with 400 bad-request, and stays up', async () => {
+    // `//[` is a request target Node's parser takes and `new URL` throws on: the throw, in
+    // the request handler, ended the process.
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(example.url).port), '127.0.0.1', () =>
+        socket.end('GET //[ HTTP/1.1\r\nHost: example\r\nConnection: close\r\n\r\n'),
+      );
+      let text = '';
+      socket.on('data', (chunk) => (text += chunk));
+      socket.on('end', () => resolve(text));
+      socket.on('error', reject);
+    });
+    assert.match(answer, /^HTTP\/1\.1 400 /);
+    assert.deepEqual(
+      JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)),
+      errorBody('bad-request', 'The request target is not a URL'),
+    );
+    assert.equal((await fetch(`${example.url}/docs/tiptap-after-bad-url`)).status, 404);
+    const missing = await fetch(`${example.url}/server.js`);
+    assert.equal(missing.status, 404);
+    assert.equal((await missing.json()).code, 'not-found');
+  });
+
+  it('answers GET /docs/:id with 503 and the coded unavailable body when the store fails', async () => {
+    // It answered a bare 500 with no body, as if the example itself had failed.
+    class FailingLoads extends MemoryStore {
+      override async load(): Promise<never> {
+        throw new StoreUnavailableError('ECONNREFUSED 10.0.0.7:6379');
+      }
+    }
+    const failing = await startExample(0, '127.0.0.1', new FailingLoads());
+    try {
+      const answer = await fetch(`${failing.url}/docs/tiptap-store-down`);
+      assert.equal(answer.status, 503);
+      assert.match(answer.headers.get('content-type') ?? '', /^application\/json/);
+      assert.deepEqual(await answer.json(), errorBody('unavailable'));
+    } finally {
+      await failing.close();
+    }
   });
 
   it('answers a document id that is not one with 400 bad-document-id, as the server does', async () => {
