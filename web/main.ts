@@ -74,10 +74,24 @@ function tokenSource(): (() => string) | null {
 }
 
 /// The access token, from the address's fragment (`/d/<id>#token=…`): a fragment never
-/// reaches the server, so the token stays out of its logs and of proxies' logs.
+/// reaches the server, so the token stays out of its logs and of proxies' logs. Read by hand,
+/// as the dashboard reads its own: URLSearchParams takes `+` for a space, and a host's opaque
+/// token (base64, say) may hold `+`. Percent-escapes are decoded once; a malformed one leaves
+/// the value as written. Null when there is none.
 function tokenFromFragment(): string | null {
-  const token = new URLSearchParams(location.hash.slice(1)).get('token');
-  return token === null || token === '' ? null : token;
+  const parts = location.hash.slice(1).split('&');
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!;
+    if (!part.startsWith('token=')) continue;
+    const value = part.slice('token='.length);
+    if (value === '') return null;
+    try {
+      return decodeURIComponent(value);
+    } catch {
+      return value;
+    }
+  }
+  return null;
 }
 
 main();
