@@ -8,7 +8,7 @@ import { maxUserLength, parseDuration, signToken } from '../protocol/auth.js';
 
 const usage =
   'usage: npm run -s token -- --doc ID|PREFIX*|* [--access read|write] [--ttl 1h] [--user NAME]\n' +
-  'Signs an HS256 token with AUTH_SECRET and prints it.';
+  'Signs an HS256 token with AUTH_SECRET and prints it; --ttl from 1s to 30d (1h by default).';
 
 function fail(message: string): never {
   console.error(`token: ${message}\n${usage}`);
@@ -50,8 +50,17 @@ if (values.user.length === 0 || values.user.length > maxUserLength) {
   fail(`--user must be 1 to ${maxUserLength} characters`);
 }
 if (values.access !== 'read' && values.access !== 'write') fail('--access must be read or write');
+// A token cannot be revoked before it expires (the server keeps no list of them): a month
+// bounds what a leaked one opens. A `--ttl 100000d` was signed as asked, and a longer one
+// carried an `exp` of 8.64e24, past any date a JWT library reads.
+const maxTtlSeconds = 30 * 86_400;
 const ttlSeconds = parseDuration(values.ttl);
-if (ttlSeconds === null || ttlSeconds === 0) fail('--ttl must be like 90s, 15m, 1h or 7d');
+if (ttlSeconds === null || ttlSeconds === 0) {
+  fail('--ttl must be a whole number of seconds, minutes, hours or days, like 90s, 15m, 1h or 7d');
+}
+if (ttlSeconds > maxTtlSeconds) {
+  fail('--ttl must be at most 30d (720h): a token cannot be revoked before it expires');
+}
 
 console.log(
   await signToken(secret, {

@@ -36,6 +36,23 @@ describe('npm run token', () => {
     }
   });
 
+  it('signs a token for up to 30 days, expiring when asked', async () => {
+    const verifier = createTokenVerifier({ secret });
+    for (const [ttl, seconds] of [
+      ['90s', 90],
+      ['30d', 30 * 86_400],
+      ['720h', 30 * 86_400],
+    ] as const) {
+      const before = Math.floor(Date.now() / 1000);
+      const { code, stdout } = await token('--doc', 'notes', '--ttl', ttl);
+      assert.equal(code, 0, ttl);
+      const verified = await verifier.verify(stdout.trim(), 'notes');
+      assert.ok(verified.ok, ttl);
+      const expiresIn = verified.grant.expiresAt / 1000 - before;
+      assert.ok(expiresIn >= seconds && expiresIn <= seconds + 2, `${ttl}: ${expiresIn}`);
+    }
+  });
+
   it('refuses, with exit 1 and a message, tokens the server would refuse', async () => {
     for (const [args, message] of [
       [['--doc', 'notes', '--user', ''], /--user must be 1 to 256 characters/],
@@ -44,6 +61,14 @@ describe('npm run token', () => {
       [['--doc', '..'], /--doc must be a document id/],
       [['--doc', 'x'.repeat(129)], /--doc must be a document id/],
       [['--doc', 'bad prefix*'], /--doc must be a document id/],
+      [['--doc', 'notes', '--ttl', '0s'], /--ttl must be a whole number/],
+      [['--doc', 'notes', '--ttl=-1h'], /--ttl must be a whole number/],
+      [['--doc', 'notes', '--ttl', '1.5h'], /--ttl must be a whole number/],
+      [['--doc', 'notes', '--ttl', '1h30m'], /--ttl must be a whole number/],
+      [['--doc', 'notes', '--ttl', '31d'], /--ttl must be at most 30d/],
+      [['--doc', 'notes', '--ttl', '721h'], /--ttl must be at most 30d/],
+      [['--doc', 'notes', '--ttl', '100000d'], /--ttl must be at most 30d/],
+      [['--doc', 'notes', '--ttl', '99999999999999999999d'], /--ttl must be at most 30d/],
     ] as const) {
       const { code, stdout, stderr } = await token(...args);
       assert.equal(code, 1, args.join(' '));
