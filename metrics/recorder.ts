@@ -45,9 +45,11 @@ export type WindowListener = (window: MetricsWindow) => void;
 /// Records the server-side processing of `steps` messages and turns it into 10-second windows
 /// aligned to the wall clock, plus counters for Prometheus. Windows last 10 s of the monotonic
 /// clock, which the wall clock is checked against as each closes: a few ms of drift move the
-/// next window's end back onto the wall clock's boundary; a step (NTP correcting a clock, a
-/// virtual machine restored) relabels the open window from the new time, which then holds
-/// the time from the last window's end to the next boundary, and makes no windows of its own.
+/// next window's end back onto the wall clock's boundary; a step forward (NTP correcting a
+/// clock, a virtual machine restored) relabels the open window from the new time, which then
+/// holds the time from the last window's end to the next boundary, and makes no windows of its
+/// own. Labels never go back: after a step back the windows are labelled on from the last one
+/// (see `followWallClock`).
 /// Recording only: no network, no files; the only timers are the window timer and the
 /// event-loop delay monitor, both created by `start()` and removed by `stop()`.
 ///
@@ -236,7 +238,16 @@ export class MetricsRecorder {
       this.windowEndMonotonic = monotonic + (this.windowEndMs - wall);
     } else {
       // A step: relabelled from the new time, it still counts since the last window's end.
-      this.windowStartMs = wall - (wall % windowMs);
+      // Never earlier than that end, though (a label is the later of the wall clock's boundary
+      // and the last window's end plus a window): the dashboard's chart and every reader of
+      // the windows take them to be in order, and a step back made the next window's label an
+      // hour (or whatever the step was) before the last one's. So after a step back the
+      // windows keep their 10 s and are labelled on from the last, ahead of the wall clock by
+      // the step, until a step forward catches them up (or the process restarts). Stretching
+      // windows until the wall clock caught up would hold them open for the whole step.
+      const startMs = wall - (wall % windowMs);
+      if (startMs < this.windowStartMs) return;
+      this.windowStartMs = startMs;
       this.windowEndMs = this.windowStartMs + windowMs;
       this.windowEndMonotonic = monotonic + (this.windowEndMs - wall);
     }

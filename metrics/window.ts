@@ -5,7 +5,8 @@ import type { TopDocument } from './document_activity.js';
 /// `Ms` values are milliseconds with microsecond precision, `PerSec` values are rates over
 /// `coveredMs`, and null means "no sample in this window".
 export interface MetricsWindow {
-  /// Wall-clock start, ms since the epoch, a multiple of the window length.
+  /// Wall-clock start, ms since the epoch, a multiple of the window length; never before the
+  /// last window's end, even after the wall clock was stepped back (see `MetricsRecorder`).
   startMs: number;
   /// Wall-clock end (exclusive), `startMs` plus the window length.
   endMs: number;

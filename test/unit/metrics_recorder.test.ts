@@ -186,7 +186,7 @@ function twoClockRecorder(startMs: number): {
   };
 }
 
-test('a wall clock stepped back: windows still close every 10 s, labelled by the new time', () => {
+test('a wall clock stepped back: windows still close every 10 s, and their labels never go back', () => {
   const { recorder, closed, advance, step } = twoClockRecorder(base);
   for (let i = 0; i < 100; i++) message(recorder, 'alpha', 'accepted', 1);
   assert.equal(advance(10_000), 1);
@@ -195,16 +195,32 @@ test('a wall clock stepped back: windows still close every 10 s, labelled by the
     for (let i = 0; i < 100; i++) message(recorder, 'alpha', 'accepted', 1);
     assert.equal(advance(10_000), 1, 'a window closes 10 s after the last');
   }
+  // Labelled by the new time, the windows after the step went an hour back, and the
+  // dashboard's chart and the JSON's readers saw time run backwards. They are labelled on
+  // from the last instead, an hour ahead of the wall clock.
   assert.deepEqual(
-    closed.map((w) => [w.endMs - base, w.coveredMs, w.batchesAcceptedPerSec]),
+    closed.map((w) => [w.startMs - base, w.endMs - base, w.coveredMs, w.batchesAcceptedPerSec]),
     [
-      [10_000, 10_000, 10],
-      // Open when the clock was stepped: labelled as it began.
-      [20_000, 10_000, 10],
-      [30_000 - 3_600_000, 10_000, 10],
-      [40_000 - 3_600_000, 10_000, 10],
+      [0, 10_000, 10_000, 10],
+      [10_000, 20_000, 10_000, 10],
+      [20_000, 30_000, 10_000, 10],
+      [30_000, 40_000, 10_000, 10],
     ],
   );
+  // Stepped forward past the labels, the windows are labelled by the wall clock again.
+  step(7_200_000);
+  assert.equal(advance(10_000), 1);
+  assert.equal(advance(10_000), 1);
+  assert.deepEqual(
+    closed.slice(-2).map((w) => [w.startMs - base, w.endMs - base, w.coveredMs]),
+    [
+      [40_000, 50_000, 10_000],
+      [3_650_000, 3_660_000, 10_000],
+    ],
+  );
+  for (let i = 1; i < closed.length; i++) {
+    assert.ok(closed[i]!.startMs >= closed[i - 1]!.endMs, `window ${i} starts after the last`);
+  }
 });
 
 test('a wall clock stepped forward makes no run of empty windows', () => {
@@ -257,8 +273,8 @@ test('the window timer runs on the monotonic clock: a step back does not hold it
     recorder.stop();
     clearTimeout(keepAlive);
   }
-  // Closed within 2 s rather than an hour, and labelled by the new time.
-  assert.equal(ends[1] - ends[0], 200 - 3_600_000);
+  // Closed within 2 s rather than an hour, and labelled on from the first, not an hour back.
+  assert.equal(ends[1] - ends[0], 200);
 });
 
 test('top documents are the busiest by accepted batches, limited to topDocuments', () => {
