@@ -4,6 +4,7 @@ import { EditorState, TextSelection, type Plugin, type Transaction } from 'prose
 import { Mapping, Step, type StepMap } from 'prosemirror-transform';
 import { io, type ManagerOptions, type Socket, type SocketOptions } from 'socket.io-client';
 import {
+  bytesDelta,
   errorBody,
   errors,
   isErrorCode,
@@ -13,6 +14,8 @@ import {
   type BatchLimits,
   type ClientToServerEvents,
   type ClosingNotice,
+  type DocRoom,
+  type ErrorAnswer,
   type ErrorBody,
   type ServerToClientEvents,
   type StepJSON,
@@ -73,7 +76,8 @@ export interface CollabClientOptions {
   /// Called when the document was replaced by the server's copy (another epoch, history gone),
   /// or when local steps the server refused for good were dropped (`reason` is then 'the
   /// server refused local steps', and `error` holds the refusal): `dropped` local steps could
-  /// not be kept.
+  /// not be kept. Once per drop, or once for every step a full document would not take (a
+  /// `too-large` refusal that says the document's `room`).
   onReload?: (info: { dropped: number; reason: string }) => void;
   /// Called once per batch of this client the server made durable: when its broadcast (or a
   /// join's catch-up) brings it back, or its acknowledgement does, or a join answered with the
@@ -733,7 +737,7 @@ export class CollabClient {
       case 'too-large':
       case 'too-deep':
       case 'invalid-step':
-        this.refusedForGood(errorBody(answer.code, answer.message));
+        this.refusedForGood(errorBody(answer.code, answer.message), this.roomNow(answer));
         return;
       case 'unauthorized':
         this.renewToken(answer.message);
@@ -747,9 +751,17 @@ export class CollabClient {
   /// without saying which of its steps it will not take. A batch of several steps is sent again
   /// one step at a time (`suspect`); a step refused on its own is dropped, and the steps after
   /// it are kept, rebased over its removal.
-  private refusedForGood(error: ErrorBody): void {
+  private refusedForGood(error: ErrorBody, room: DocRoom | null): void {
     const count = this.sentCount;
     if (count > 1) {
+      // Refused for the document's size: the steps that would not fit are dropped at once,
+      // and the rest, which the server takes, sent again. Nothing dropped means our measure
+      // and the server's disagree: the steps then go one at a time, as for any other refusal.
+      if (room && this.dropRefused(error, room, false)) {
+        this.suspect = 0;
+        this.trySend();
+        return;
+      }
       this.suspect = Math.max(this.suspect, count);
       // The server checks its time budget between steps, so a single step is never refused
       // for time, but a long batch may be refused `too-large` with no bad step in it: one of
@@ -780,8 +792,25 @@ export class CollabClient {
       return;
     }
     if (this.suspect > 0) this.suspect--;
-    this.dropRefused(error);
+    this.dropRefused(error, room);
     this.trySend();
+  }
+
+  /// The room a `too-large` refusal says the document at its version has left, when that is
+  /// our confirmed document (null otherwise: remote steps since, or still on their way, grew
+  /// or shrank it, and the refusal says nothing about ours).
+  private roomNow(answer: ErrorAnswer): DocRoom | null {
+    const room = answer.room;
+    if (
+      answer.code !== 'too-large' ||
+      typeof room !== 'object' ||
+      room === null ||
+      typeof room.bytes !== 'number' ||
+      typeof room.positions !== 'number' ||
+      answer.version !== this.version
+    )
+      return null;
+    return room;
   }
 
   /// The JSON text of the one step in flight, rebased over the remote steps applied since it
@@ -804,11 +833,16 @@ export class CollabClient {
   /// Drops the first unconfirmed step, which the server will never take (`error` says why),
   /// and rebases the later ones over its removal, as prosemirror-collab rebases them over
   /// remote steps: each is mapped through its inverse; one that no longer applies (it was
-  /// typed inside what the dropped step inserted) is dropped too. `onReload` says how many
-  /// were. The state is rebuilt on the confirmed document, so undo history starts afresh (as
-  /// after `reconcile`); the version, and what is acknowledged, do not change.
-  private dropRefused(error: ErrorBody): void {
-    this.error = error;
+  /// typed inside what the dropped step inserted) is dropped too. With `room` (the server
+  /// refused a step for the document's size, and said how much our confirmed document may
+  /// still grow), every unconfirmed step that would grow it past that is dropped in the same
+  /// pass, as the server would refuse it, and one that fits (after a step that shrank the
+  /// document, say) is kept; the first is then dropped only if `dropFirst` (it was refused
+  /// alone), not when `room` alone says what goes (a batch refused for the document's size).
+  /// `onReload` says how many were dropped, once for them all. The state is rebuilt once on
+  /// the confirmed document, so undo history starts afresh (as after `reconcile`); the
+  /// version, and what is acknowledged, do not change. Returns whether a step was dropped.
+  private dropRefused(error: ErrorBody, room: DocRoom | null = null, dropFirst = true): boolean {
     // Input the view has not read yet becomes a local step first, kept above the drop, and
     // anything dispatched while the new state is drawn waits for it (see `applying`).
     this.applying = true;
@@ -816,21 +850,56 @@ export class CollabClient {
       this.options.beforeRemote?.();
       const previous = this.state!;
       const unconfirmed = sendableSteps(previous)?.steps ?? [];
-      if (unconfirmed.length === 0) return;
-      const doc = this.confirmedDoc!;
-      const rest = unconfirmed.slice(1);
-      const moved = rebaseSteps(rest, [unconfirmed[0]!.getMap().invert()], doc);
+      if (unconfirmed.length === 0) return false;
+      // One rebase of them all, a dropped step being one never applied (as a rebase leaves
+      // out a step that no longer applies): dropping them one by one, each with a rebuild of
+      // the state, cost the square of a long backlog and a notice per step.
+      const rebaser = new StepRebaser(unconfirmed, []);
+      const kept: Step[] = [];
+      let doc = this.confirmedDoc!;
+      let grownBytes = 0;
+      let grownPositions = 0;
+      for (let i = 0; i < unconfirmed.length; i++) {
+        const mapped = rebaser.map(unconfirmed[i]!);
+        if (!mapped || (i === 0 && dropFirst)) continue;
+        let next: Node | null;
+        try {
+          next = mapped.apply(doc).doc;
+        } catch {
+          next = null;
+        }
+        if (!next) continue;
+        if (room) {
+          // The server's own test, step by step: a step that makes the document grow past
+          // either limit is refused, one that does not make it grow is taken.
+          const bytes = bytesDelta(next, doc);
+          const positions = next.nodeSize - doc.nodeSize;
+          if (
+            (bytes > 0 && grownBytes + bytes > room.bytes) ||
+            (positions > 0 && grownPositions + positions > room.positions)
+          )
+            continue;
+          grownBytes += bytes;
+          grownPositions += positions;
+        }
+        doc = next;
+        rebaser.applied(mapped);
+        kept.push(mapped);
+      }
+      const dropped = unconfirmed.length - kept.length;
+      if (dropped === 0) return false;
+      this.error = error;
       let state = EditorState.create({
         schema: this.schema,
-        doc,
+        doc: this.confirmedDoc!,
         plugins: [
           collab({ version: getVersion(previous), clientID: this.clientID }),
           ...this.plugins,
         ],
       });
       const tr = state.tr;
-      for (const step of moved.steps) tr.step(step);
-      const map = (pos: number): number => moved.rebaser.mapAfter(pos);
+      for (const step of kept) tr.step(step);
+      const map = (pos: number): number => rebaser.mapAfter(pos);
       const size = tr.doc.content.size;
       const anchor = Math.min(map(previous.selection.anchor), size);
       const head = Math.min(map(previous.selection.head), size);
@@ -838,10 +907,8 @@ export class CollabClient {
       state = state.apply(tr);
       this.state = state;
       this.stateReplaced(state, map);
-      this.options.onReload?.({
-        dropped: unconfirmed.length - moved.steps.length,
-        reason: 'the server refused local steps',
-      });
+      this.options.onReload?.({ dropped, reason: 'the server refused local steps' });
+      return true;
     } finally {
       this.applying = false;
     }

@@ -42,6 +42,19 @@ export interface ErrorAnswer {
   version?: number;
   /// With `rate-limited`: wait this long before sending again.
   retryAfterMs?: number;
+  /// With `too-large`, only when a step would have made the document larger than it may be:
+  /// how much the document at `version` may still grow. Absent from servers that predate it.
+  room?: DocRoom;
+}
+
+/// How much a document may still grow: `bytes` of its JSON as `nodeStats` estimates it
+/// (`MAX_DOC_BYTES`) and ProseMirror `positions` (`nodeSize`, `MAX_DOC_SIZE`). Negative when the
+/// document is already larger (a limit lowered since it grew). The server refuses a step that
+/// makes the document grow past either, and takes any step that does not make it grow: a client
+/// that sends no step which would can drop, without sending it, each one that would.
+export interface DocRoom {
+  bytes: number;
+  positions: number;
 }
 
 /// `join` and `pull` requests. Without `version` (or with an `epoch` other than the server's)

@@ -96,7 +96,7 @@ export function openEditor(
     },
     onReload({ dropped, reason }) {
       if (dropped === 0) return;
-      const why = client.error ? `: ${client.error.message}` : '';
+      const why = client.error ? `: ${refusalText(client.error.message, dropped)}` : '';
       notice(
         `${dropped === 1 ? '1 change' : `${dropped} changes`} could not be kept (${reason})${why}.`,
       );
@@ -197,4 +197,12 @@ export function openEditor(
       if (client.state) people.show(self, remoteCursors(client.state));
     },
   };
+}
+
+/// A refusal as a notice tells it. The server's "Step 0 would make the document larger than …"
+/// names a step of a batch the reader never saw, and a full document refuses a whole backlog in
+/// one notice: the notice speaks of the changes it counts instead.
+function refusalText(message: string, dropped: number): string {
+  const size = /^Step \d+ (would make the document larger than .*)$/.exec(message);
+  return size ? `${dropped === 1 ? 'it' : 'they'} ${size[1]}` : message;
 }

@@ -1,7 +1,7 @@
 import { Slice, type Node } from 'prosemirror-model';
 import { AttrStep, DocAttrStep, Step, type StepMap } from 'prosemirror-transform';
-import { StepRebaser, type StepJSON } from '../../schema/index.js';
-import { checkChanged, nodeStats } from './doc_check.js';
+import { nodeStats, StepRebaser, type DocRoom, type StepJSON } from '../../schema/index.js';
+import { checkChanged } from './doc_check.js';
 import { measureJson, unlimitedJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';
 
@@ -38,6 +38,8 @@ export type ReceiveOutcome =
       code: 'invalid-step' | 'too-large' | 'too-deep';
       version: number;
       message: string;
+      /// With a step refused for the document's size: how much it may still grow.
+      room?: DocRoom;
     };
 
 type Refusal = Extract<ReceiveOutcome, { ok: false }>;
@@ -213,10 +215,18 @@ export class Authority {
         (bytes > this.limits.maxDocBytes && change.bytesDelta > 0) ||
         (next.nodeSize > this.limits.maxDocSize && next.nodeSize > doc.nodeSize)
       ) {
-        return this.refusal(
-          'too-large',
-          `Step ${i} would make the document larger than ${this.limits.maxDocBytes} bytes or ${this.limits.maxDocSize} positions`,
-        );
+        return {
+          ok: false,
+          code: 'too-large',
+          version: this.version,
+          message: `Step ${i} would make the document larger than ${this.limits.maxDocBytes} bytes or ${this.limits.maxDocSize} positions`,
+          // At `version`, before the batch: a client drops, without sending them, the other
+          // steps that would not fit either, instead of learning of each from its refusal.
+          room: {
+            bytes: this.limits.maxDocBytes - this.docBytes,
+            positions: this.limits.maxDocSize - this.doc.nodeSize,
+          },
+        };
       }
       // Checked between steps, to stop a batch before it does more: refusing after its last
       // step saves no time, and would refuse a single step (whose cost the size limits bound)

@@ -1,12 +1,5 @@
-import type { Attrs, Mark, Node } from 'prosemirror-model';
-
-/// The size and height of a subtree: `bytes` estimates the length of its JSON
-/// (`JSON.stringify(node.toJSON())`), `height` is how many levels of nodes lie below it (0 for
-/// a leaf).
-export interface NodeStats {
-  bytes: number;
-  height: number;
-}
+import type { Node } from 'prosemirror-model';
+import { nodeStats } from '../../schema/index.js';
 
 /// What a change did to a document, as found by `checkChanged`.
 export interface DocChange {
@@ -15,87 +8,6 @@ export interface DocChange {
   /// The deepest level any node the change made reaches (the top node is level 0); nodes it
   /// did not touch are not counted, they were within limits before.
   depth: number;
-}
-
-// Nodes are immutable and a step shares every untouched subtree with the document before it,
-// so the stats of a container, once computed, hold for as long as the node lives. Text nodes
-// and small textblocks are cheap to measure again and are not cached, to keep the maps small.
-const statsCache = new WeakMap<Node, NodeStats>();
-const attrsCache = new WeakMap<Attrs, number>();
-const markCache = new WeakMap<Mark, number>();
-
-/// The stats of `node`, cached for containers. Recurses into children it has not measured
-/// before: callers only pass nodes whose depth is already bounded (parsed from JSON whose
-/// depth was checked, or built by steps from such nodes).
-export function nodeStats(node: Node): NodeStats {
-  if (node.isText) {
-    return { bytes: 26 + jsonStringLength(node.text!) + marksBytes(node.marks), height: 0 };
-  }
-  const cached = statsCache.get(node);
-  if (cached) return cached;
-  // {"type":"…"} plus attrs and marks, then ,"content":[…] with a comma per child.
-  let bytes = 11 + node.type.name.length + attrsBytes(node.attrs) + marksBytes(node.marks);
-  let height = 0;
-  const count = node.childCount;
-  if (count > 0) {
-    bytes += 12;
-    for (let i = 0; i < count; i++) {
-      const child = nodeStats(node.child(i));
-      bytes += child.bytes + 1;
-      if (child.height + 1 > height) height = child.height + 1;
-    }
-  }
-  const stats = { bytes, height };
-  if (count > 8 || !node.isTextblock) statsCache.set(node, stats);
-  return stats;
-}
-
-// Characters JSON escapes: control characters take six bytes (`\u0001`), quotes and
-// backslashes two. Text made of them would otherwise serialise to six times its estimate.
-const escaped = /[\u0000-\u001f"\\]/g;
-const anyEscaped = /[\u0000-\u001f"\\]/;
-
-/// The length of `text` inside a JSON string, escapes included (close enough: a control
-/// character is counted as six bytes, though \n and \t take two).
-function jsonStringLength(text: string): number {
-  if (!anyEscaped.test(text)) return text.length;
-  let extra = 0;
-  escaped.lastIndex = 0;
-  let match: RegExpExecArray | null;
-  while ((match = escaped.exec(text)) !== null)
-    extra += match[0] === '"' || match[0] === '\\' ? 1 : 5;
-  return text.length + extra;
-}
-
-function attrsBytes(attrs: Attrs): number {
-  let bytes = attrsCache.get(attrs);
-  if (bytes === undefined) {
-    // Attribute objects are shared by every node with the defaults, and values are bounded
-    // by the attribute limit: stringifying each distinct object once is cheap.
-    let empty = true;
-    for (const _ in attrs) {
-      empty = false;
-      break;
-    }
-    bytes = empty ? 0 : 9 + JSON.stringify(attrs).length;
-    attrsCache.set(attrs, bytes);
-  }
-  return bytes;
-}
-
-function marksBytes(marks: readonly Mark[]): number {
-  if (marks.length === 0) return 0;
-  let bytes = 10;
-  for (let i = 0; i < marks.length; i++) {
-    const mark = marks[i]!;
-    let size = markCache.get(mark);
-    if (size === undefined) {
-      size = 12 + mark.type.name.length + attrsBytes(mark.attrs);
-      markCache.set(mark, size);
-    }
-    bytes += size;
-  }
-  return bytes;
 }
 
 /// Checks that `next` is valid for the schema, given that `prev` was (the document before a

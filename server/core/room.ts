@@ -4,6 +4,8 @@ import type { Logger } from 'pino';
 import {
   errorBody,
   type DocJSON,
+  type DocRoom,
+  type ErrorAnswer,
   type ErrorCode,
   type StepJSON,
   type StepsAnswer,
@@ -300,7 +302,15 @@ export class Room {
     }
     const outcome = this.authority.receive(version, steps, clientID);
     if (!outcome.ok) {
-      this.refuse(ack, outcome.code, outcome.message, outcome.version, received, steps.length);
+      this.refuse(
+        ack,
+        outcome.code,
+        outcome.message,
+        outcome.version,
+        received,
+        steps.length,
+        outcome.code === 'too-large' ? outcome.room : undefined,
+      );
       return;
     }
     this.pending.push({
@@ -891,11 +901,14 @@ export class Room {
     version: number,
     received: number,
     steps: number,
+    room?: DocRoom,
   ): void {
     // A batch refused `moved` (its room's lease found gone) comes back once the document is
     // served elsewhere, like the room's editors.
     const retryAfterMs = code === 'moved' ? movedRetryMs : undefined;
-    ack({ ok: false, ...errorBody(code, message, retryAfterMs), version });
+    const answer: ErrorAnswer = { ok: false, ...errorBody(code, message, retryAfterMs), version };
+    if (room) answer.room = room;
+    ack(answer);
     if (this.observer) {
       const now = performance.now();
       this.observer.record(this.docId, code, steps, received, now, NaN, now);

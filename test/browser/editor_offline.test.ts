@@ -2,7 +2,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { editorPage, launchChromium, requireWebBundle, waitStatus } from '../support/browser.js';
+import { nodeStats } from '../../schema/index.js';
+import { openEditor } from '../support/editors.js';
 import { startServer, type TestServer } from '../support/server.js';
+import { waitFor } from '../support/wait.js';
 
 // The browser editor across a reload of its document (the server's history no longer reaches
 // back to what an offline page had), in real Chromium against a real server that keeps only a
@@ -149,5 +152,54 @@ describe('browser editor offline and reloaded', () => {
     await ada.close({ runBeforeUnload: true });
     await ada.waitForEvent('close');
     assert.deepEqual(dialogs, ['beforeunload']);
+  });
+});
+
+describe('browser editor offline in a full document', () => {
+  it('says in one notice how many keys typed offline the full document could not take', async () => {
+    // The document is at MAX_DOC_BYTES: none of the keys fits. The page once showed a notice
+    // per key, each over the one before ("1 change could not be kept … Step 0 would make …").
+    requireWebBundle();
+    const server = await startServer({ maxDocBytes: 4096 });
+    const browser = await launchChromium();
+    const docId = 'offline-full';
+    const filler = openEditor(server.url, docId);
+    try {
+      await waitFor(() => filler.status === 'synced', 'the filler to join');
+      const { schema } = filler.state!;
+      const oneKey = schema.node('doc', null, [schema.node('paragraph', null, [schema.text('x')])]);
+      filler.dispatch(
+        filler.state!.tr.insertText('x'.repeat(4096 - nodeStats(oneKey).bytes + 1), 1),
+      );
+      await waitFor(() => filler.status === 'synced' && !filler.hasUnconfirmed, 'filled');
+      filler.close();
+
+      const { context, page } = await editorPage(browser, 'Ada', '#d7263d');
+      await page.goto(`${server.url}/d/${docId}`);
+      await waitStatus(page, 'synced');
+      await page.locator('.ProseMirror').click();
+      await page.keyboard.press('Control+End');
+      await context.setOffline(true);
+      await page.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
+      await waitStatus(page, 'offline');
+      await page.keyboard.type('abcdefghij'.repeat(3));
+      await context.setOffline(false);
+      await page.waitForFunction(
+        () =>
+          window.__scriptorium!.client.status === 'synced' &&
+          !window.__scriptorium!.client.hasUnconfirmed,
+      );
+      const notice = page.locator('#notice');
+      assert.equal(await notice.isVisible(), true);
+      assert.match(
+        (await notice.textContent()) ?? '',
+        /^30 changes could not be kept \(the server refused local steps\): they would make the document larger than 4096 bytes or \d+ positions\.$/,
+      );
+      await context.close();
+    } finally {
+      filler.close();
+      await browser.close();
+      await server.close();
+    }
   });
 });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
-import type { BatchLimits } from '../../schema/index.js';
+import { nodeStats, type BatchLimits } from '../../schema/index.js';
 import { openEditor } from '../support/editors.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { delay, waitFor } from '../support/wait.js';
@@ -81,8 +81,9 @@ describe('client: a batch refused as too-large', () => {
       const stored = (await response.json()) as { version: number; doc: unknown };
       assert.equal(stored.version, 6);
       assert.deepEqual(stored.doc, editor.state!.doc.toJSON());
-      // Refused whole, then the step alone: two refusals, each a strike against the connection.
-      assert.deepEqual(editor.refusals, { 'too-large': 2 });
+      // Refused whole, once: the refusal says how much the document may still grow, and the
+      // step that does not fit is dropped without being sent again alone.
+      assert.deepEqual(editor.refusals, { 'too-large': 1 });
     } finally {
       editor.close();
       await server.close();
@@ -601,6 +602,129 @@ describe('client: one step of a batch refused for good', () => {
       assert.ok(sent[1]!.includes('after'));
     } finally {
       editor.close();
+      await server.close();
+    }
+  });
+});
+
+/// Makes `server` answer refusals as servers did before they said how much room the document
+/// has left (`room`): the client then learns of each step that does not fit from its refusal.
+function withoutRoom(server: TestServer): void {
+  server.server.io.on('connection', (socket) => {
+    socket.use((packet, next) => {
+      const last = packet.length - 1;
+      const ack: unknown = packet[last];
+      if (packet[0] === 'steps' && typeof ack === 'function') {
+        packet[last] = (answer: { room?: unknown }) => {
+          const { room: _room, ...older } = answer;
+          (ack as (answer: unknown) => void)(older);
+        };
+      }
+      next();
+    });
+  });
+}
+
+/// An editor that fills `docId` on `server` (MAX_DOC_BYTES 4096) to the byte, then types 240
+/// keys offline, with the first letter replaced (the same size) after every 20th and one
+/// deleted (room for one more key) after every 60th, and comes back. Resolves once it settled,
+/// with the text the server should end with (what it takes, in order), the editor's reloads
+/// and how often its state was rebuilt meanwhile.
+async function fullDocBacklog(
+  server: TestServer,
+  docId: string,
+): Promise<{ editor: CollabClient; expected: string; reloads: Reload[]; rebuilds: number }> {
+  let rebuilds = 0;
+  const reloads: Reload[] = [];
+  const editor = openEditor(server.url, docId, {
+    onReload: (info) => reloads.push(info),
+    onState: (_state, tr) => {
+      if (tr === null) rebuilds++;
+    },
+  });
+  await waitFor(() => editor.status === 'synced', 'the editor to join');
+  const { schema } = editor.state!;
+  const oneKey = schema.node('doc', null, [schema.node('paragraph', null, [schema.text('x')])]);
+  const fill = 'x'.repeat(4096 - nodeStats(oneKey).bytes + 1);
+  type(editor, fill);
+  await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'filled');
+  assert.equal(nodeStats(editor.state!.doc).bytes, 4096);
+  editor.socket.disconnect();
+  await waitFor(() => editor.status === 'offline', 'offline');
+  rebuilds = 0;
+  let expected = fill;
+  let room = 0;
+  for (let i = 0; i < 240; i++) {
+    const key = String.fromCharCode(97 + (i % 26));
+    type(editor, key);
+    if (room > 0) {
+      expected += key;
+      room--;
+    }
+    if (i % 20 === 19) {
+      const digit = String(i % 10);
+      editor.dispatch(editor.state!.tr.insertText(digit, 1, 2));
+      expected = digit + expected.slice(1);
+    }
+    if (i % 60 === 59) {
+      editor.dispatch(editor.state!.tr.delete(2, 3));
+      expected = expected.slice(0, 1) + expected.slice(2);
+      room++;
+    }
+  }
+  editor.socket.connect();
+  await waitFor(
+    () => editor.status === 'synced' && !editor.hasUnconfirmed,
+    'every step confirmed or dropped',
+    30_000,
+  );
+  return { editor, expected, reloads, rebuilds };
+}
+
+describe('client: an offline backlog the full document refuses', () => {
+  it('drops every step that would grow it past its limit in one go, and keeps each that fits', async () => {
+    // Each key was once sent alone, refused and dropped on its own: a rebuild of the whole
+    // state per key (quadratic: seconds for a few hundred) and a notice per key.
+    const server = await startServer({ maxDocBytes: 4096 });
+    let editor: CollabClient | null = null;
+    try {
+      const backlog = await fullDocBacklog(server, 'full-doc');
+      editor = backlog.editor;
+      assert.equal(editor.state!.doc.textContent, backlog.expected);
+      assert.deepEqual((await stored(server.url, 'full-doc')).doc, editor.state!.doc.toJSON());
+      // 240 keys, of which 3 fit (one after each deletion but the last, after the last key):
+      // 237 dropped, in one notice, from one refusal.
+      assert.deepEqual(backlog.reloads, [
+        { dropped: 237, reason: 'the server refused local steps' },
+      ]);
+      assert.equal(backlog.rebuilds, 1);
+      assert.deepEqual(editor.refusals, { 'too-large': 1 });
+      assert.deepEqual(strikes(server), [0]);
+    } finally {
+      editor?.close();
+      await server.close();
+    }
+  });
+
+  it('keeps the same steps with a server that does not say how much room is left', async () => {
+    const server = await startServer({ maxDocBytes: 4096 });
+    withoutRoom(server);
+    let editor: CollabClient | null = null;
+    try {
+      const backlog = await fullDocBacklog(server, 'full-doc-older');
+      editor = backlog.editor;
+      assert.equal(editor.state!.doc.textContent, backlog.expected);
+      assert.deepEqual(
+        (await stored(server.url, 'full-doc-older')).doc,
+        editor.state!.doc.toJSON(),
+      );
+      assert.equal(
+        backlog.reloads.reduce((sum, reload) => sum + reload.dropped, 0),
+        237,
+      );
+      assert.deepEqual(strikes(server), [0]);
+    } finally {
+      editor?.close();
       await server.close();
     }
   });

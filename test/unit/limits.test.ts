@@ -10,9 +10,11 @@ import {
   isSafeLinkUrl,
   schema,
   type StepJSON,
+  nodeStats,
+  bytesDelta,
 } from '../../schema/index.js';
 import { Authority } from '../../server/core/authority.js';
-import { checkChanged, nodeStats } from '../../server/core/doc_check.js';
+import { checkChanged } from '../../server/core/doc_check.js';
 import { measureJson, unlimitedJson } from '../../server/core/json_limits.js';
 import { stepProblem } from '../../server/core/step_check.js';
 
@@ -169,7 +171,7 @@ describe('stepProblem', () => {
 });
 
 describe('document bytes and depth', () => {
-  it('tracks the size of the JSON within 10% through random edits, with no drift from step to step', () => {
+  it('tracks the size of the JSON within 10% through random edits, with no drift from step to step, as the client measures it too', () => {
     for (const seed of [1, 2, 3, 4, 5]) {
       const random = new Random(seed);
       let state = EditorState.create({ schema, doc: emptyDoc() });
@@ -180,7 +182,11 @@ describe('document bytes and depth', () => {
         let doc = state.doc;
         for (const step of tr.steps) {
           const next = step.apply(doc).doc!;
-          tracked += checkChanged(next, doc).bytesDelta;
+          const delta = checkChanged(next, doc).bytesDelta;
+          // The client's measure of a step (`bytesDelta`), against which it drops the steps a
+          // full document would refuse: one byte apart, it would drop a step the server takes.
+          assert.equal(bytesDelta(next, doc), delta, `seed ${seed}, edit ${i}`);
+          tracked += delta;
           doc = next;
         }
         state = state.apply(tr);
@@ -233,6 +239,11 @@ describe('document bytes and depth', () => {
     assert.equal(outcome.ok, false);
     assert.equal(!outcome.ok && outcome.code, 'too-large');
     assert.match(!outcome.ok ? outcome.message : '', /^Step 7 /);
+    // How much the document before the batch may still grow, in the measure it was refused by.
+    assert.deepEqual(!outcome.ok && outcome.code === 'too-large' && outcome.room, {
+      bytes: 4096 - nodeStats(emptyDoc()).bytes,
+      positions: limits.maxDocSize - emptyDoc().nodeSize,
+    });
     assert.equal(authority.version, 0, 'nothing applied');
     assert.ok(authority.receive(0, steps.slice(0, 7), 'a').ok, 'seven fit');
   });
