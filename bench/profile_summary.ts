@@ -1,11 +1,14 @@
 import { readFileSync } from 'node:fs';
 
-// `node dist/bench/profile_summary.js <file.cpuprofile>`: a CPU profile (`node --cpu-prof`)
-// summed by self time, per package (or our own folder) and per function, as shares of the busy
-// time (idle left out). What BENCHMARKS.md's profile tables are made from.
+// `node dist/bench/profile_summary.js <file.cpuprofile> [top]`: a CPU profile (`node --cpu-prof`)
+// summed by self time, per package (or our own folder) and per function, and by inclusive time
+// per function (a function's own time and its callees', counted once per sample however often
+// it recurses), as shares of the busy time (idle left out). What BENCHMARKS.md's profile tables
+// are made from.
 
 interface ProfileNode {
   id: number;
+  children?: number[];
   callFrame: { functionName: string; url: string; lineNumber: number };
 }
 interface Profile {
@@ -44,8 +47,15 @@ function packageOf(frame: ProfileNode['callFrame']): string {
     .join('/');
 }
 
+const frameName = (frame: ProfileNode['callFrame']): string =>
+  `${frame.functionName || '(anonymous)'} ${frame.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/dist\//, '')}:${frame.lineNumber}`;
+const parentOf = new Map<number, number>();
+for (const node of profile.nodes)
+  for (const child of node.children ?? []) parentOf.set(child, node.id);
+
 const perPackage = new Map<string, number>();
 const perFunction = new Map<string, number>();
+const perInclusive = new Map<string, number>();
 let idle = 0;
 for (const [id, time] of selfTime) {
   const frame = byId.get(id)!.callFrame;
@@ -55,8 +65,15 @@ for (const [id, time] of selfTime) {
   }
   const pkg = packageOf(frame);
   perPackage.set(pkg, (perPackage.get(pkg) ?? 0) + time);
-  const name = `${frame.functionName || '(anonymous)'} ${frame.url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*?\/dist\//, '')}:${frame.lineNumber}`;
+  const name = frameName(frame);
   perFunction.set(name, (perFunction.get(name) ?? 0) + time);
+  const onStack = new Set<string>();
+  for (let at: number | undefined = id; at !== undefined; at = parentOf.get(at)) {
+    const caller = byId.get(at)!.callFrame;
+    if (caller.functionName === '(root)') continue;
+    onStack.add(frameName(caller));
+  }
+  for (const caller of onStack) perInclusive.set(caller, (perInclusive.get(caller) ?? 0) + time);
 }
 const busy = total - idle;
 const show = (title: string, map: Map<string, number>) => {
@@ -68,3 +85,4 @@ const show = (title: string, map: Map<string, number>) => {
 console.log(`profile ${(total / 1e6).toFixed(1)} s, busy ${(busy / 1e6).toFixed(2)} s of CPU`);
 show('package', perPackage);
 show('function (self)', perFunction);
+show('function (inclusive)', perInclusive);
