@@ -93,6 +93,41 @@ function marksBytes(marks: readonly Mark[]): number {
   return bytes;
 }
 
+/// Where the children of `next` and `prev` differ, for `next` made from `prev` by a step: the
+/// children the step did not touch are the same objects at the front and at the back.
+export interface ChangedChildren {
+  /// The first child that differs (in both).
+  start: number;
+  /// The end of the differing children of `next`, and of `prev`.
+  endNext: number;
+  endPrev: number;
+}
+
+/// Fills `range` with where `next`'s children differ from `prev`'s, by pointer comparisons
+/// from both ends. Filled in place rather than returned: it runs at every level a step
+/// rebuilt, for every step, and callers read it into locals before recursing.
+export function changedChildren(next: Node, prev: Node, range: ChangedChildren): void {
+  const nextCount = next.childCount;
+  const prevCount = prev.childCount;
+  let start = 0;
+  while (start < nextCount && start < prevCount && next.child(start) === prev.child(start)) start++;
+  let endNext = nextCount;
+  let endPrev = prevCount;
+  while (
+    endNext > start &&
+    endPrev > start &&
+    next.child(endNext - 1) === prev.child(endPrev - 1)
+  ) {
+    endNext--;
+    endPrev--;
+  }
+  range.start = start;
+  range.endNext = endNext;
+  range.endPrev = endPrev;
+}
+
+const scratch: ChangedChildren = { start: 0, endNext: 0, endPrev: 0 };
+
 /// How many bytes `next`'s estimated JSON (`nodeStats`) is larger than `prev`'s, for `next` made
 /// from `prev` by a step: only the nodes the step rebuilt are measured (a step shares every
 /// untouched subtree with the document before it), so typing into a long document costs a walk
@@ -110,18 +145,8 @@ export function bytesDelta(next: Node, prev: Node): number {
   }
   const nextCount = next.childCount;
   const prevCount = prev.childCount;
-  let start = 0;
-  while (start < nextCount && start < prevCount && next.child(start) === prev.child(start)) start++;
-  let endNext = nextCount;
-  let endPrev = prevCount;
-  while (
-    endNext > start &&
-    endPrev > start &&
-    next.child(endNext - 1) === prev.child(endPrev - 1)
-  ) {
-    endNext--;
-    endPrev--;
-  }
+  changedChildren(next, prev, scratch);
+  const { start, endNext, endPrev } = scratch;
   // The wrapper's own bytes change only by the commas between children and by `content`
   // appearing or going (as `nodeStats` counts them).
   let delta = nextCount - prevCount + (nextCount > 0 ? 12 : 0) - (prevCount > 0 ? 12 : 0);

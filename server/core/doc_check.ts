@@ -1,5 +1,8 @@
 import type { Node } from 'prosemirror-model';
-import { nodeStats } from '../../schema/index.js';
+import { changedChildren, nodeStats, type ChangedChildren } from '../../schema/index.js';
+
+// Read into locals at once by `walk`, before it recurses.
+const scratch: ChangedChildren = { start: 0, endNext: 0, endPrev: 0 };
 
 /// What a change did to a document, as found by `checkChanged`.
 export interface DocChange {
@@ -46,20 +49,10 @@ function walk(next: Node, prev: Node | null, level: number, change: DocChange): 
   if (level > change.depth) change.depth = level;
   const nextCount = next.childCount;
   const prevCount = prev.childCount;
-  // Unchanged children are the same objects at the front and at the back: skip them with
-  // pointer comparisons and check what lies between, each against the child it replaced.
-  let start = 0;
-  while (start < nextCount && start < prevCount && next.child(start) === prev.child(start)) start++;
-  let endNext = nextCount;
-  let endPrev = prevCount;
-  while (
-    endNext > start &&
-    endPrev > start &&
-    next.child(endNext - 1) === prev.child(endPrev - 1)
-  ) {
-    endNext--;
-    endPrev--;
-  }
+  // Unchanged children are the same objects at the front and at the back: skip them and
+  // check what lies between, each against the child it replaced.
+  changedChildren(next, prev, scratch);
+  const { start, endNext, endPrev } = scratch;
   if (!sameShape(next, prev, start, endNext, endPrev) && !next.type.validContent(next.content)) {
     throw new RangeError(`Invalid content for node ${next.type.name}`);
   }
