@@ -160,6 +160,10 @@ export class Room {
   /// Until when (ms, `performance.now()`) the lease is surely still this process's: a margin
   /// short of a lease time after `leaseRenewedAt`. Set with the lease and at each renewal.
   leaseFreshUntil = 0;
+  /// How long a read refused while this room, closed, settles with its store should wait before
+  /// asking again (ms): a store read's round trip, or, while the store cannot be read, the
+  /// time until the room asks it again (`askStore`'s back-off, up to 5 s).
+  settleRetryMs = settlingRetryMs;
   /// Called when `sync` finds the lease past `leaseFreshUntil`: the registry renews it now
   /// (unless a renewal is in flight), so that the editor's retry finds it confirmed.
   onLeaseStale: (room: Room) => void = () => {};
@@ -844,6 +848,7 @@ export class Room {
               'the store cannot be read; this copy is kept until it answers',
             );
             setTimeout(ask, wait).unref();
+            this.settleRetryMs = wait;
             wait = Math.min(2 * wait, 5000);
           },
         )

@@ -9,7 +9,6 @@ import {
   leaseUnconfirmed,
   movedRetryMs,
   Room,
-  settlingRetryMs,
   type BatchObserver,
   type RoomHooks,
   type RoomOptions,
@@ -241,24 +240,27 @@ export class Rooms {
   /// rejects with `moved` when it is answered lost, and with a retryable `unavailable` when it
   /// fails (the room stays open: see `confirmLease`). A loaded room that is closed but still
   /// settling with its store (after a conflict or a lost lease) rejects with a retryable
-  /// `unavailable` (`settlingRetryMs`): its copy is not read from.
+  /// `unavailable` (`Room.settleRetryMs`), whatever its lease: its copy is not read from.
   get(docId: string, create: boolean | CreatePermit): Promise<Room | null> {
     const room = this.rooms.get(docId);
     if (room) {
-      // A copy whose lease may have lapsed (a pause, a renewal answered late) is not read from,
-      // open or already closed and asking its store: another process may have moved it on.
-      // Asked again once confirmed: the room may have gone meanwhile.
-      if (!room.leaseFresh()) return this.confirmLease(room).then(() => this.get(docId, create));
       // Closed and still registered: asking its store where it stands (a conflict, a lost
       // lease) or storing its copy under a new epoch. The copy may be behind the store, or
       // about to be replaced: no read from it, and no load of the store's before it has gone.
+      // Checked before the lease: a closed room's lease lapses (it is not renewed), and
+      // `moved` would send the reader round every 100 ms for as long as the store cannot be
+      // read, on a node that will load the document itself once the room has gone.
       if (room.state !== 'open') {
         return Promise.reject(
           new CodedError('unavailable', 'This document is being reloaded: try again in a moment', {
-            retryAfterMs: settlingRetryMs,
+            retryAfterMs: room.settleRetryMs,
           }),
         );
       }
+      // A copy whose lease may have lapsed (a pause, a renewal answered late) is not read from:
+      // another process may have moved it on. Asked again once confirmed: the room may have
+      // gone meanwhile.
+      if (!room.leaseFresh()) return this.confirmLease(room).then(() => this.get(docId, create));
       // Re-inserted: the map's order is least recently used first.
       this.rooms.delete(docId);
       this.rooms.set(docId, room);

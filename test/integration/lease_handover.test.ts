@@ -20,7 +20,13 @@ import {
 import { CodedError, Rooms, type CreatePermit } from '../../server/core/rooms.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
-import type { AppendOutcome, AppendRequest, LeaseStore, Store } from '../../server/stores/store.js';
+import {
+  StoreUnavailableError,
+  type AppendOutcome,
+  type AppendRequest,
+  type LeaseStore,
+  type Store,
+} from '../../server/stores/store.js';
 import { noAdmissionLimits } from '../support/hostile.js';
 import { startServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
@@ -693,6 +699,64 @@ describe('a document closed while it asks its store', () => {
       assert.deepEqual([reloaded.epoch, reloaded.version], ['elsewhere', 1]);
     } finally {
       held?.open();
+      editor.close();
+      await server.close();
+    }
+  });
+  it('after a lost lease, while its store cannot be read: unavailable at its back-off, not moved', async () => {
+    const real = await redisStore();
+    let unreadable = false;
+    let lose = false;
+    const failing = Object.assign(Object.create(real) as RedisStore, {
+      load: (docId: string) =>
+        unreadable
+          ? Promise.reject(new StoreUnavailableError('connect ECONNREFUSED 10.1.2.3:6379'))
+          : real.load(docId),
+      leases: {
+        ...real.leases,
+        renew: (...args: Parameters<LeaseStore['renew']>) =>
+          lose ? Promise.resolve('lost' as const) : real.leases.renew(...args),
+      },
+    });
+    const server = await startServer(
+      { ...noAdmissionLimits, leaseMs: 1_500, storeTimeoutMs: 1_000, nodeId: 'node-q' },
+      failing,
+    );
+    const editor = rawSocket(server.url, 'settle-lost', 'editor');
+    try {
+      assert.ok((await ask<SyncAnswer>(editor, 'join', {})).ok);
+      const typed = await ask<StepsAnswer>(editor, 'steps', { version: 0, steps: [typing('a')] });
+      assert.deepEqual(typed, { ok: true, version: 1 });
+      const room = server.server.rooms.peek('settle-lost')!;
+      unreadable = true;
+      lose = true;
+      await waitFor(() => room.state !== 'open', 'the room closed on its lost lease', 3_000);
+      // Past the lease time: a closed room's lease is not renewed, and it was answered `moved`
+      // (every 100 ms) from then on, on a node that loads the document itself once the room
+      // has gone.
+      await waitFor(() => !room.leaseFresh(), 'its lease unconfirmed', 3_000);
+      await delay(1_200);
+      assert.equal(server.server.rooms.peek('settle-lost'), room, 'still settling');
+      const read = await fetch(`${server.url}/docs/settle-lost`);
+      const body = (await read.json()) as { code?: string; retryAfterMs?: number };
+      assert.deepEqual([read.status, body.code], [503, 'unavailable'], JSON.stringify(body));
+      // The room asks its store again after 250, 500, 1000 ms ...: the hint follows it.
+      assert.ok((body.retryAfterMs ?? 0) >= 500, JSON.stringify(body));
+      await assert.rejects(server.server.collab.document('settle-lost'), { code: 'unavailable' });
+      unreadable = false;
+      lose = false;
+      await waitFor(
+        () => server.server.rooms.peek('settle-lost') !== room,
+        'the room gone once the store answers',
+        8_000,
+      );
+      const reloaded = (await (await fetch(`${server.url}/docs/settle-lost`)).json()) as {
+        version?: number;
+      };
+      assert.equal(reloaded.version, 1, 'the acknowledged step kept');
+    } finally {
+      unreadable = false;
+      lose = false;
       editor.close();
       await server.close();
     }
