@@ -24,7 +24,7 @@ import {
   type SyncAnswer,
 } from '../schema/index.js';
 import { differenceMap } from './doc_diff.js';
-import { stepOverLimits } from './step_limits.js';
+import { gateBytes, stepOverLimits } from './step_limits.js';
 
 /// Where a client stands: `connecting` (joining or catching up), `synced` (connected, nothing
 /// unconfirmed), `sending` (connected, local steps waiting for confirmation), `offline`
@@ -679,14 +679,19 @@ export class CollabClient {
       const json = unconfirmed[i]!.toJSON() as StepJSON;
       const size = utf8Length(JSON.stringify(json)) + 1;
       if (steps.length > 0 && bytes + size > maxBytes) break;
-      // The message around a lone step counts too: `{"version":…,"steps":[]}`, as the gate
-      // measures it. A step that fits the limit only without it was sent, refused and struck.
-      if (
-        steps.length === 0 &&
-        limits &&
-        size - 1 + messageBytes + decimalDigits(version) > limits.maxMessageBytes
-      ) {
-        return errorBody('too-large', 'A local step is larger than the server takes');
+      // A lone step the server would refuse, or whose message would close the connection, is
+      // dropped unsent. The message around it counts too: `{"version":…,"steps":[]}`. The gate
+      // measures it its own way (`gateBytes`, which a step that fits the limit only without
+      // the message exceeds: it was sent, refused and struck); Engine.IO closes the connection
+      // on a frame over twice the limit in real bytes, with its packet's few bytes around it.
+      if (steps.length === 0 && limits) {
+        const wrapper = messageBytes + decimalDigits(version);
+        if (
+          gateBytes(json) + wrapper > limits.maxMessageBytes ||
+          size - 1 + wrapper + packetBytes > 2 * limits.maxMessageBytes
+        ) {
+          return errorBody('too-large', 'A local step is larger than the server takes');
+        }
       }
       const refused = limits ? stepOverLimits(json, limits) : null;
       // Not sent with the steps before it, which would be refused with it: it ends the batch,
@@ -1142,6 +1147,9 @@ const defaultMaxBatchBytes = 32 * 1024;
 
 /// Bytes of `{"version":,"steps":[]}`: a `steps` message but its version and its steps.
 const messageBytes = 23;
+
+/// Bytes of socket.io's packet around a message, at most: `42<ack id>["steps",…]`.
+const packetBytes = 32;
 
 /// Digits of a version in JSON, without making a string of it (once per batch).
 function decimalDigits(n: number): number {

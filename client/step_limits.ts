@@ -58,3 +58,36 @@ function walk(
   }
   return null;
 }
+
+/// The size of `value` (a step's JSON) as the server's payload gate counts it, which is what
+/// it compares with `maxMessageBytes`: strings their UTF-16 length plus quotes (not their
+/// escapes, nor the extra bytes of UTF-8), numbers their digits, keys their length plus quotes
+/// and colon, and the commas between items. `JSON.stringify`'s UTF-8 length is larger for text
+/// with quotes, newlines or anything outside ASCII: judged by it, a paste of 2,500 "é" under a
+/// 4 KiB limit was dropped as too large, unsent, though the server takes it.
+export function gateBytes(value: unknown): number {
+  switch (typeof value) {
+    case 'string':
+      return value.length + 2;
+    case 'number':
+      return JSON.stringify(value).length;
+    case 'boolean':
+      return value ? 4 : 5;
+    case 'object': {
+      if (value === null) return 4;
+      if (Array.isArray(value)) {
+        let bytes = value.length === 0 ? 2 : 1 + value.length;
+        for (let i = 0; i < value.length; i++) bytes += gateBytes(value[i]);
+        return bytes;
+      }
+      const record = value as Record<string, unknown>;
+      const keys = Object.keys(record);
+      let bytes = keys.length === 0 ? 2 : 1 + keys.length;
+      for (let i = 0; i < keys.length; i++)
+        bytes += keys[i]!.length + 3 + gateBytes(record[keys[i]!]);
+      return bytes;
+    }
+    default:
+      return 0;
+  }
+}

@@ -562,6 +562,44 @@ describe('client: one step of a batch refused for good', () => {
     }
   });
 
+  it('sends a step whose text JSON escapes or UTF-8 make longer than the gate counts it', async () => {
+    // The gate counts a string's UTF-16 length, not its escapes or its UTF-8 bytes: 2,500 é,
+    // quotes or newlines make a step of 5,000+ bytes of JSON that it measures at ~2,550, under
+    // a 4,096-byte limit. The client judged them by their UTF-8 JSON and dropped them unsent.
+    const server = await startServer({ maxMessageBytes: 4096 });
+    const { editor, reloads } = editorWithReloads(server.url, 'escaped-paste');
+    try {
+      await waitFor(() => editor.status === 'synced', 'the editor to join');
+      let expected = '';
+      for (const char of ['é', '"', '\n']) {
+        const text = char.repeat(2500);
+        type(editor, text);
+        expected += text;
+        await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'confirmed');
+      }
+      assert.deepEqual(reloads, []);
+      assert.equal(editor.version, 3);
+      assert.equal(editor.state!.doc.textContent, expected);
+      assert.deepEqual(editor.refusals, {});
+      assert.deepEqual(strikes(server), [0]);
+      // Over twice the limit in real bytes, Engine.IO would close the connection: 1,500 "語"
+      // (3 bytes each) are 4,500 bytes of UTF-8 but 1,550 by the gate's count, and sent;
+      // 3,000 would be 9,000 bytes on the wire, over 8,192, and are dropped unsent.
+      type(editor, '語'.repeat(1500));
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'confirmed');
+      assert.equal(editor.version, 4);
+      type(editor, '語'.repeat(3000));
+      await waitFor(() => reloads.length === 1 && editor.status === 'synced', 'dropped');
+      assert.equal(editor.version, 4);
+      assert.equal(editor.error?.code, 'too-large');
+      assert.equal(server.server.io.of('/').sockets.size, 1, 'still connected');
+      assert.deepEqual(strikes(server), [0]);
+    } finally {
+      editor.close();
+      await server.close();
+    }
+  });
+
   it('drops a step that fits the message size only without the message around it', async () => {
     // `{"version":1,"steps":[…]}` adds 24 bytes to its step: a step of 4,090 bytes was sent
     // alone (under the 4,096 of a message), refused too-large by the payload gate, a strike.
