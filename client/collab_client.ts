@@ -74,8 +74,8 @@ export interface CollabClientOptions {
   beforeRemote?: () => void;
   onStatus?: (status: CollabStatus, error: ErrorBody | null) => void;
   /// Called when the document was replaced by the server's copy (another epoch, history gone),
-  /// or when local steps the server refused for good were dropped (`reason` is then 'the
-  /// server refused local steps', and `error` holds the refusal): `dropped` local steps could
+  /// or when local steps the server refused for good were dropped (`reason` is then
+  /// `refusedLocalSteps`, and `error` holds the refusal): `dropped` local steps could
   /// not be kept. Once per drop, or once for every step a full document would not take (a
   /// `too-large` refusal that says the document's `room`).
   onReload?: (info: { dropped: number; reason: string }) => void;
@@ -456,7 +456,7 @@ export class CollabClient {
     this.stateReplaced(state, replaced);
     if (previous) {
       const reason = dropLocal
-        ? 'the server refused local steps'
+        ? refusedLocalSteps
         : epochChanged
           ? "the document's history was reset"
           : 'the server no longer held the steps to catch up';
@@ -912,7 +912,7 @@ export class CollabClient {
       state = state.apply(tr);
       this.state = state;
       this.stateReplaced(state, map);
-      this.options.onReload?.({ dropped, reason: 'the server refused local steps' });
+      this.options.onReload?.({ dropped, reason: refusedLocalSteps });
       return true;
     } finally {
       this.applying = false;
@@ -1144,6 +1144,10 @@ const halveAbove = 64;
 
 /// What a batch may hold when the server does not say (its default message limit is 64 KiB).
 const defaultMaxBatchBytes = 32 * 1024;
+
+/// `onReload`'s reason when local steps the server refused for good were dropped; only then
+/// does `error` explain the drop (it keeps the last refusal until another error replaces it).
+export const refusedLocalSteps = 'the server refused local steps';
 
 /// Bytes of `{"version":,"steps":[]}`: a `steps` message but its version and its steps.
 const messageBytes = 23;

@@ -1,7 +1,13 @@
 import { sendableSteps } from 'prosemirror-collab';
 import { history } from 'prosemirror-history';
 import { EditorView } from 'prosemirror-view';
-import { CollabClient, Presence, readPendingInput, remoteCursors } from '../client/index.js';
+import {
+  CollabClient,
+  Presence,
+  readPendingInput,
+  refusedLocalSteps,
+  remoteCursors,
+} from '../client/index.js';
 import type { Identity } from './identity.js';
 import { inputRulesPlugin } from './input_rules.js';
 import { keymapPlugins } from './keymap.js';
@@ -96,7 +102,12 @@ export function openEditor(
     },
     onReload({ dropped, reason }) {
       if (dropped === 0) return;
-      const why = client.error ? `: ${refusalText(client.error.message, dropped)}` : '';
+      // The client's error is the refusal only for a drop it made for one: a reload for
+      // another reason later would otherwise be blamed on an old refusal.
+      const why =
+        reason === refusedLocalSteps && client.error
+          ? `: ${refusalText(client.error.message, dropped)}`
+          : '';
       notice(
         `${dropped === 1 ? '1 change' : `${dropped} changes`} could not be kept (${reason})${why}.`,
       );
