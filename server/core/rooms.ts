@@ -361,9 +361,17 @@ export class Rooms {
     let known: StoredDocument | null | undefined;
     const creation: Creation = { counted: false, made: false };
     if (create === false || typeof create === 'object') {
-      known = await this.read(docId);
-      if (!known && create === false) return null;
-      if (!known && typeof create === 'object') take(create, creation);
+      // With leases the document is read again once the lease is held, so the look only needs
+      // to know whether it exists: a whole read of a long journal, twice per load, otherwise.
+      let found: boolean;
+      if (this.leases && this.store.exists) {
+        found = await this.lookFor(docId, this.store.exists.bind(this.store));
+      } else {
+        known = await this.read(docId);
+        found = known !== null;
+      }
+      if (!found && create === false) return null;
+      if (!found && typeof create === 'object') take(create, creation);
     }
     let room: Room | null = null;
     let lease: Lease | null = null;
@@ -388,6 +396,21 @@ export class Rooms {
       // client's again: two nodes racing to create one document, or a join answered `moved`
       // and retried, must not use up an honest client's creations.
       if (creation.counted && !creation.made && typeof create === 'object') create.giveBack();
+    }
+  }
+
+  /// Whether the store holds `docId`, through the store's `exists`. Rejects with
+  /// `StoreUnavailableError` when the store cannot be reached; anything else it threw is a
+  /// store that cannot be trusted about this document, quarantined as `read` does.
+  private async lookFor(
+    docId: string,
+    exists: (docId: string) => Promise<boolean>,
+  ): Promise<boolean> {
+    try {
+      return await exists(docId);
+    } catch (err) {
+      if (err instanceof StoreUnavailableError) throw err;
+      throw this.quarantine(docId, err);
     }
   }
 

@@ -355,6 +355,14 @@ export class RedisStore implements Store {
     await this.command(['PING']);
   }
 
+  /// Whether any of the document's keys exist: `load` answers null exactly when none does
+  /// (journal or snapshot keys without a meta hash exist, and `load` refuses them as corrupt).
+  async exists(docId: string): Promise<boolean> {
+    const keys = docKeys(this.keyPrefix, docId);
+    const count = await this.command(['EXISTS', keys.meta, keys.journal, keys.snapshot]);
+    return Number(count) > 0;
+  }
+
   /// Loads a document; null when none of its keys exist. Throws a `TypeError` (the document is
   /// then quarantined as corrupt) when what is stored cannot be trusted: a meta hash without a
   /// decimal version or a non-empty epoch, journal or snapshot keys without a meta hash, an

@@ -123,6 +123,12 @@ export interface Store {
   readonly kind: string;
   /// Loads a document; null when the store has never seen it.
   load(docId: string): Promise<StoredDocument | null>;
+  /// Whether the store holds anything of `docId` (false exactly when `load` would answer
+  /// null), without reading the document. Optional, for a store shared by several processes
+  /// (`leases`): there a document is looked for before its lease is taken and read once it is
+  /// held, and without this the look is a whole `load`. Rejects as `load` does when the store
+  /// cannot be reached.
+  exists?(docId: string): Promise<boolean>;
   /// Appends one journal entry with a compare-and-set on the version (see `AppendRequest`).
   append(docId: string, request: AppendRequest): Promise<AppendOutcome>;
   /// Stores a snapshot and trims the journal entries it covers. Fenced: refused unless the

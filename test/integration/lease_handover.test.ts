@@ -788,6 +788,41 @@ describe('a refused creation', () => {
     }
   });
 
+  it('looks for a stored document before the lease without reading it, and reads it once', async () => {
+    const real = await redisStore();
+    let loads = 0;
+    const counting = Object.assign(Object.create(real) as RedisStore, {
+      load: (docId: string) => {
+        loads++;
+        return real.load(docId);
+      },
+    });
+    const writer = roomsOf(real, 'node-p/1');
+    const reader = roomsOf(counting, 'node-q/1');
+    try {
+      const room = (await writer.get('looked-for', true))!;
+      assert.deepEqual(await send(room, 'p'), { ok: true, version: 1 });
+      await writer.releaseAll(writer.closeAll());
+      // An editor whose creations are counted, and a reader: each looks before its lease (the
+      // look refuses a creation, or answers a reader null, without a lease), then reads.
+      const opened = (await reader.get('looked-for', permit(0)))!;
+      assert.equal(opened.publishedVersion, 1);
+      assert.equal(loads, 1, 'one whole read');
+      await reader.releaseAll(reader.closeAll());
+      loads = 0;
+      assert.equal((await reader.get('looked-for', false))!.publishedVersion, 1);
+      assert.equal(loads, 1, 'one whole read');
+      // Still null for a document nobody stored, with no read and no keys.
+      loads = 0;
+      assert.equal(await reader.get('looked-for-nothing', false), null);
+      assert.equal(loads, 0);
+      assert.deepEqual(await keysOf('looked-for-nothing'), []);
+    } finally {
+      writer.closeAll();
+      reader.closeAll();
+    }
+  });
+
   it('leaves no keys when the loaded hook refuses a new document, or it is left unwritten', async () => {
     const store = await redisStore();
     const rooms = roomsOf(store, 'node-p/1', {

@@ -51,6 +51,7 @@ describe('RedisStore', () => {
     // Bounded well below the command timeout: a disconnected client does not queue.
     assert.ok((await rejectsUnavailable(store.append('d', appendOf(history, epoch, 0, 1)))) < 250);
     assert.ok((await rejectsUnavailable(store.load('d'))) < 250);
+    assert.ok((await rejectsUnavailable(store.exists('d'))) < 250);
     assert.ok((await rejectsUnavailable(store.ping())) < 250);
     assert.ok((await rejectsUnavailable(store.ready(300))) < 1000);
     await store.close();
@@ -143,6 +144,21 @@ describe('RedisStore', () => {
       await proxy.stop();
     }
   });
+  it('says whether a document exists exactly when load would not answer null', async () => {
+    const store = new RedisStore({ url: redisUrl, keyPrefix });
+    try {
+      await store.ready();
+      const docId = `exists-${randomUUID()}`;
+      assert.equal(await store.exists(docId), false);
+      assert.equal(await store.load(docId), null);
+      await store.append(docId, appendOf(history, epoch, 0, 2));
+      assert.equal(await store.exists(docId), true);
+      assert.notEqual(await store.load(docId), null);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('never creates a document over keys its meta hash left behind', async () => {
     const store = new RedisStore({ url: redisUrl, keyPrefix });
     const client = createClient({ url: redisUrl });
@@ -172,6 +188,9 @@ describe('RedisStore', () => {
         assert.equal(await client.exists(keys.meta), 0);
         assert.equal(await client.lLen(keys.journal), leftover === 'journal' ? 1 : 0);
         await assert.rejects(store.load(docId), TypeError);
+        // Known to exist, so that a look before the lease does not take it for a new document:
+        // the read after the lease finds it damaged, as `load` does here.
+        assert.equal(await store.exists(docId), true);
       }
     } finally {
       await client.close();
