@@ -164,6 +164,9 @@ export class Room {
   /// asking again (ms): a store read's round trip, or, while the store cannot be read, the
   /// time until the room asks it again (`askStore`'s back-off, up to 5 s).
   settleRetryMs = settlingRetryMs;
+  /// Closed because its lease was found gone (`leaseGone`), and settling: another process may
+  /// serve the document now, so reads are sent there (`moved`), as its editors were.
+  leaseLost = false;
   /// Called when `sync` finds the lease past `leaseFreshUntil`: the registry renews it now
   /// (unless a renewal is in flight), so that the editor's retry finds it confirmed.
   onLeaseStale: (room: Room) => void = () => {};
@@ -768,9 +771,12 @@ export class Room {
   leaseGone(reason: string): void {
     if (this.state !== 'open') return;
     this.close();
+    this.leaseLost = true;
     this.askStore(
       (stored) => {
         if (stored && this.regressed(stored)) {
+          // This copy is the only one of the lost steps: readers wait for it here.
+          this.leaseLost = false;
           this.restartHistory(stored, false);
           return;
         }
@@ -828,8 +834,11 @@ export class Room {
       }
       loaded
         .then(
-          (doc) =>
-            decide(doc ? { epoch: doc.epoch, version: doc.version } : { epoch: null, version: 0 }),
+          (doc) => {
+            // Answered: what is left (a reset, or leaving) takes a store round trip.
+            this.settleRetryMs = settlingRetryMs;
+            decide(doc ? { epoch: doc.epoch, version: doc.version } : { epoch: null, version: 0 });
+          },
           (err: unknown) => {
             if (performance.now() - started >= storeCheckGiveUpMs) {
               this.log.error(

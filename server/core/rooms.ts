@@ -247,14 +247,22 @@ export class Rooms {
       // Closed and still registered: asking its store where it stands (a conflict, a lost
       // lease) or storing its copy under a new epoch. The copy may be behind the store, or
       // about to be replaced: no read from it, and no load of the store's before it has gone.
-      // Checked before the lease: a closed room's lease lapses (it is not renewed), and
-      // `moved` would send the reader round every 100 ms for as long as the store cannot be
-      // read, on a node that will load the document itself once the room has gone.
+      // Checked before the lease, which a closed room no longer renews: the hint follows the
+      // room's own tries of its store (`settleRetryMs`), where the lease check answered `moved`
+      // every 100 ms for as long as the store could not be read. `moved` when the room lost
+      // its lease (another process may serve the document: a reconnect through the gateway
+      // may reach it, as the room's editors were sent), `unavailable` otherwise.
       if (room.state !== 'open') {
         return Promise.reject(
-          new CodedError('unavailable', 'This document is being reloaded: try again in a moment', {
-            retryAfterMs: room.settleRetryMs,
-          }),
+          room.leaseLost
+            ? new CodedError('moved', 'This node may no longer hold this document', {
+                retryAfterMs: room.settleRetryMs,
+              })
+            : new CodedError(
+                'unavailable',
+                'This document is being reloaded: try again in a moment',
+                { retryAfterMs: room.settleRetryMs },
+              ),
         );
       }
       // A copy whose lease may have lapsed (a pause, a renewal answered late) is not read from:
