@@ -588,9 +588,14 @@ describe('client: one step of a batch refused for good', () => {
       type(editor, '語'.repeat(1500));
       await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'confirmed');
       assert.equal(editor.version, 4);
+      // An emoji is a surrogate pair, 4 bytes of UTF-8 (once counted 6): 1,800 are 7,200
+      // bytes on the wire and 3,600 by the gate's count, and are sent.
+      type(editor, '😀'.repeat(1800));
+      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'confirmed');
+      assert.equal(editor.version, 5);
       type(editor, '語'.repeat(3000));
       await waitFor(() => reloads.length === 1 && editor.status === 'synced', 'dropped');
-      assert.equal(editor.version, 4);
+      assert.equal(editor.version, 5);
       assert.equal(editor.error?.code, 'too-large');
       assert.equal(server.server.io.of('/').sockets.size, 1, 'still connected');
       assert.deepEqual(strikes(server), [0]);
