@@ -16,6 +16,9 @@ import {
   type StoredPosition,
 } from './store.js';
 
+// What `load` and `exists` throw for a document's journal or snapshot without its meta hash.
+const orphanKeys = 'redis store: journal or snapshot keys without a meta version';
+
 /// The few logger methods the Redis store uses; a pino logger fits.
 export interface RedisStoreLogger {
   info(obj: object, msg: string): void;
@@ -355,12 +358,19 @@ export class RedisStore implements Store {
     await this.command(['PING']);
   }
 
-  /// Whether any of the document's keys exist: `load` answers null exactly when none does
-  /// (journal or snapshot keys without a meta hash exist, and `load` refuses them as corrupt).
+  /// Whether the document exists: its meta hash does. Throws the `TypeError` `load` throws
+  /// (the document is then quarantined as corrupt) for journal or snapshot keys without a
+  /// meta hash, so that a look finds a damaged document as a read does, before any lease.
   async exists(docId: string): Promise<boolean> {
     const keys = docKeys(this.keyPrefix, docId);
-    const count = await this.command(['EXISTS', keys.meta, keys.journal, keys.snapshot]);
-    return Number(count) > 0;
+    // One round trip: EXISTS counts a key as often as it is named, so with the meta hash named
+    // three times the count is 3 or more exactly when it exists, and 1 or 2 for leftovers.
+    const count = Number(
+      await this.command(['EXISTS', keys.meta, keys.meta, keys.meta, keys.journal, keys.snapshot]),
+    );
+    if (count >= 3) return true;
+    if (count > 0) throw new TypeError(orphanKeys);
+    return false;
   }
 
   /// Loads a document; null when none of its keys exist. Throws a `TypeError` (the document is
@@ -373,8 +383,7 @@ export class RedisStore implements Store {
     const keys = docKeys(this.keyPrefix, docId);
     const reply = await this.run(scripts.load, [keys.meta, keys.journal, keys.snapshot], []);
     if (reply === '') return null;
-    if (reply === 'orphan')
-      throw new TypeError('redis store: journal or snapshot keys without a meta version');
+    if (reply === 'orphan') throw new TypeError(orphanKeys);
     if (!Array.isArray(reply) || reply.length !== 4 || !Array.isArray(reply[3]))
       throw new TypeError('redis store: unexpected load reply');
     const [version, epoch, snapshotJSON, encoded] = reply as [unknown, unknown, unknown, unknown[]];

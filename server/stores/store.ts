@@ -127,7 +127,7 @@ export interface Store {
   /// null), without reading the document. Optional, for a store shared by several processes
   /// (`leases`): there a document is looked for before its lease is taken and read once it is
   /// held, and without this the look is a whole `load`. Rejects as `load` does when the store
-  /// cannot be reached.
+  /// cannot be reached, and for what `load` would find damaged where it can tell cheaply.
   exists?(docId: string): Promise<boolean>;
   /// Appends one journal entry with a compare-and-set on the version (see `AppendRequest`).
   append(docId: string, request: AppendRequest): Promise<AppendOutcome>;

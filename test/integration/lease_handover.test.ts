@@ -817,6 +817,19 @@ describe('a refused creation', () => {
       assert.equal(await reader.get('looked-for-nothing', false), null);
       assert.equal(loads, 0);
       assert.deepEqual(await keysOf('looked-for-nothing'), []);
+      // A damaged one (a journal without its meta hash) is quarantined by the look, before
+      // any lease: no fencing counter or home left for it.
+      const client = createClient({ url: redisUrl });
+      await client.connect();
+      try {
+        await client.rPush(docKeys(keyPrefix, 'looked-for-damaged').journal, 'junk');
+      } finally {
+        await client.quit();
+      }
+      await assert.rejects(reader.get('looked-for-damaged', false), {
+        name: 'CorruptDocumentError',
+      });
+      assert.equal((await keysOf('looked-for-damaged')).length, 1);
     } finally {
       writer.closeAll();
       reader.closeAll();
