@@ -1,6 +1,11 @@
 import { io, type Socket } from 'socket.io-client';
-import type { StepJSON, StepsAnswer, SyncAnswer } from '../schema/index.js';
-import { measureJson, unlimitedJson } from '../server/core/json_limits.js';
+import {
+  measureJson,
+  unlimitedJson,
+  type StepJSON,
+  type StepsAnswer,
+  type SyncAnswer,
+} from '../schema/index.js';
 
 // The hostile client of `bench/hostile-block.ts`: bare Socket.io sockets speaking the wire
 // protocol (no CollabClient, no rebasing, no pacing), and the legitimate-looking pastes with

@@ -24,7 +24,7 @@ import {
   type SyncAnswer,
 } from '../schema/index.js';
 import { differenceMap } from './doc_diff.js';
-import { gateBytes, stepOverLimits } from './step_limits.js';
+import { measureStep } from './step_limits.js';
 
 /// Where a client stands: `connecting` (joining or catching up), `synced` (connected, nothing
 /// unconfirmed), `sending` (connected, local steps waiting for confirmation), `offline`
@@ -658,7 +658,7 @@ export class CollabClient {
   }
 
   /// The JSON of the next batch: the first unconfirmed steps, as many as `batchLimit` and the
-  /// server's limits allow, up to the first the server would refuse (`stepOverLimits`); or,
+  /// server's limits allow, up to the first the server would refuse (`measureStep`); or,
   /// when the first step alone is one the server would refuse (over its message size, a
   /// string or a nesting over its payload limits), the refusal to drop it with. `version` is
   /// the one the batch is sent at.
@@ -679,24 +679,25 @@ export class CollabClient {
       const json = unconfirmed[i]!.toJSON() as StepJSON;
       const size = utf8Length(JSON.stringify(json)) + 1;
       if (steps.length > 0 && bytes + size > maxBytes) break;
-      // A lone step the server would refuse, or whose message would close the connection, is
-      // dropped unsent. The message around it counts too: `{"version":…,"steps":[]}`. The gate
-      // measures it its own way (`gateBytes`, which a step that fits the limit only without
-      // the message exceeds: it was sent, refused and struck); Engine.IO closes the connection
-      // on a frame over twice the limit in real bytes, with its packet's few bytes around it.
-      if (steps.length === 0 && limits) {
-        const wrapper = messageBytes + decimalDigits(version);
-        if (
-          gateBytes(json) + wrapper > limits.maxMessageBytes ||
-          size - 1 + wrapper + packetBytes > 2 * limits.maxMessageBytes
-        ) {
-          return errorBody('too-large', 'A local step is larger than the server takes');
-        }
+      const gate = limits ? measureStep(json, version, limits) : null;
+      // A step the gate would refuse (a string or a nesting over its limits) is not sent with
+      // the steps before it, which would be refused with it: it ends the batch, and is dropped
+      // once it comes first.
+      if (gate && !gate.ok) return steps.length > 0 ? steps : errorBody(gate.code, gate.message);
+      // A lone step whose message the gate would refuse as too large (the message around it
+      // counts: a step that fits the limit only without it was sent, refused and struck), or
+      // whose frame would close the connection (Engine.IO's cap, twice the limit in real
+      // bytes with its packet's few bytes around it), is dropped unsent.
+      if (
+        steps.length === 0 &&
+        limits &&
+        gate &&
+        (gate.bytes > limits.maxMessageBytes ||
+          size - 1 + messageBytes + decimalDigits(version) + packetBytes >
+            2 * limits.maxMessageBytes)
+      ) {
+        return errorBody('too-large', 'A local step is larger than the server takes');
       }
-      const refused = limits ? stepOverLimits(json, limits) : null;
-      // Not sent with the steps before it, which would be refused with it: it ends the batch,
-      // and is dropped once it comes first.
-      if (refused) return steps.length > 0 ? steps : refused;
       steps.push(json);
       bytes += size;
     }

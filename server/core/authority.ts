@@ -1,8 +1,14 @@
 import { Slice, type Node } from 'prosemirror-model';
 import { AttrStep, DocAttrStep, Step, type StepMap } from 'prosemirror-transform';
-import { nodeStats, StepRebaser, type DocRoom, type StepJSON } from '../../schema/index.js';
+import {
+  measureJson,
+  unlimitedJson,
+  nodeStats,
+  StepRebaser,
+  type DocRoom,
+  type StepJSON,
+} from '../../schema/index.js';
 import { checkChanged } from './doc_check.js';
-import { measureJson, unlimitedJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';
 
 /// Limits an authority enforces on what it accepts.

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Node, type Schema } from 'prosemirror-model';
 import { Step } from 'prosemirror-transform';
 import type { Logger } from 'pino';
-import { nodeStats, type ErrorCode, type StepJSON } from '../../schema/index.js';
+import { measureJson, nodeStats, type ErrorCode, type StepJSON } from '../../schema/index.js';
 import { Authority, type AuthorityLimits } from './authority.js';
 import {
   leaseRetryMs,
@@ -14,7 +14,6 @@ import {
   type RoomOptions,
   type RoomTransport,
 } from './room.js';
-import { measureJson } from './json_limits.js';
 import { stepProblem } from './step_check.js';
 import {
   StoreUnavailableError,

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import {
+  type JsonLimits,
   clientIdPattern,
   docIdPattern,
   errorBody,
@@ -16,7 +17,6 @@ import { eventName, guarded, handlerFailed, loadFailureCode, payloadGate } from 
 import { dropIfSlow, sendAway, sweepSockets } from './outbound.js';
 import { TokenBucket } from './token_bucket.js';
 import type { ClientOwners } from './client_owners.js';
-import type { JsonLimits } from '../core/json_limits.js';
 import { attachPresence } from './presence.js';
 import {
   hasExpired,

@@ -1,7 +1,6 @@
 import type { Logger } from 'pino';
-import { errorBody, type ErrorCode } from '../../schema/index.js';
+import { measureJson, type JsonLimits, errorBody, type ErrorCode } from '../../schema/index.js';
 import type { ScriptoriumSocket } from './socket.js';
-import { measureJson, type JsonLimits } from '../core/json_limits.js';
 import {
   CodedError,
   CorruptDocumentError,

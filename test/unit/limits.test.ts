@@ -5,6 +5,8 @@ import { EditorState } from 'prosemirror-state';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
 import {
+  measureJson,
+  unlimitedJson,
   emptyDoc,
   isSafeImageUrl,
   isSafeLinkUrl,
@@ -15,7 +17,6 @@ import {
 } from '../../schema/index.js';
 import { Authority } from '../../server/core/authority.js';
 import { checkChanged } from '../../server/core/doc_check.js';
-import { measureJson, unlimitedJson } from '../../server/core/json_limits.js';
 import { stepProblem } from '../../server/core/step_check.js';
 
 const limits = {
