@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import { errors } from '../../schema/index.js';
 
-// The wire protocol's documents say they are enough to write a client in another language:
-// they must name every error code a client can receive and every HTTP route the server has.
+// The wire protocol's document says it is enough to write a client in another language:
+// it must name every error code a client can receive and every HTTP route the server has.
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const read = (file: string): string => readFileSync(join(root, file), 'utf8');
@@ -28,8 +28,8 @@ describe('the protocol documents', () => {
     for (const code of codes) assert.ok(list.includes(`\`${code}\``), code);
   });
 
-  it("the README's protocol summary lists every error code", () => {
-    const summary = section(read('README.md'), '## Protocol in short');
+  it("docs/protocol.md's summary lists every error code", () => {
+    const summary = section(read('docs/protocol.md'), '## In short');
     const sentence = /Error codes: ([^.]+)\./.exec(summary)?.[1] ?? '';
     for (const code of codes) assert.ok(sentence.includes(`\`${code}\``), code);
   });
@@ -41,5 +41,70 @@ describe('the protocol documents', () => {
     );
     assert.ok(routes.length >= 3, routes.join(', '));
     for (const route of routes) assert.ok(table.includes(`\`GET ${route}\``), route);
+  });
+});
+
+// README is a path a newcomer walks in order, BENCHMARKS.md the results; the reference they
+// link to must be where they say.
+
+/// The markdown files a reader is sent between: the top-level ones and docs/.
+const markdownFiles = [
+  'README.md',
+  'CONTRIBUTING.md',
+  'BENCHMARKS.md',
+  'bench-results/NOTES.md',
+  ...readdirSync(join(root, 'docs'))
+    .filter((name) => name.endsWith('.md'))
+    .map((name) => `docs/${name}`),
+];
+
+/// The anchors GitHub gives the headings of `markdown`: lower case, punctuation dropped,
+/// spaces as hyphens, a repeated heading numbered from -1.
+function anchors(markdown: string): Set<string> {
+  const seen = new Map<string, number>();
+  const found = new Set<string>();
+  for (const [, title] of markdown.replace(/```[\s\S]*?```/g, '').matchAll(/^#{1,6} (.+)$/gm)) {
+    const slug = title!
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N} _-]/gu, '')
+      .replace(/ /g, '-');
+    const count = seen.get(slug) ?? 0;
+    seen.set(slug, count + 1);
+    found.add(count === 0 ? slug : `${slug}-${count}`);
+  }
+  return found;
+}
+
+describe('the README and the reference', () => {
+  it('keeps README.md to 250 lines and BENCHMARKS.md to 300', () => {
+    assert.ok(read('README.md').split('\n').length <= 251, 'README.md');
+    assert.ok(read('BENCHMARKS.md').split('\n').length <= 301, 'BENCHMARKS.md');
+  });
+
+  it('walks the README in order: quick start, the library, standalone, deploy, reference', () => {
+    const headings = [...read('README.md').matchAll(/^## (.+)$/gm)].map((match) => match[1]);
+    assert.deepEqual(headings, [
+      'Quick start',
+      'Use it in your app',
+      'Run it standalone',
+      'Deploy',
+      'Reference',
+    ]);
+    assert.ok(read('README.md').includes('](docs/two-editors.png)'), 'the picture');
+  });
+
+  it('links only to files and headings that exist', () => {
+    for (const file of markdownFiles) {
+      const text = read(file).replace(/```[\s\S]*?```/g, '');
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^[a-z]+:/.test(target!)) continue;
+        const [path, anchor] = target!.split('#') as [string, string | undefined];
+        const linked = path === '' ? file : normalize(join(dirname(file), path));
+        assert.ok(existsSync(join(root, linked)), `${file} links to ${target}: no ${linked}`);
+        if (anchor && linked.endsWith('.md')) {
+          assert.ok(anchors(read(linked)).has(anchor), `${file} links to ${target}: no heading`);
+        }
+      }
+    }
   });
 });
