@@ -59,7 +59,7 @@ export interface PresenceOptions {
   name: string;
   color: string;
   /// Shortest time between two presence messages sent; the server relays at most one per
-  /// 50 ms per socket anyway.
+  /// socket in each of its own intervals (`presenceIntervalMs`) anyway.
   intervalMs?: number;
 }
 

@@ -5,7 +5,7 @@ import { Fragment, type Node, type Slice } from 'prosemirror-model';
 import { liftListItem, sinkListItem } from 'prosemirror-schema-list';
 import { EditorState, TextSelection, type Transaction } from 'prosemirror-state';
 import type { Step, StepMap } from 'prosemirror-transform';
-import { differenceMap } from '../../client/doc_diff.js';
+import { differenceMap } from '../../client/diff/doc_diff.js';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
 import { emptyDoc, rebaseSteps, schema } from '../../schema/index.js';
