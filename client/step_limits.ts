@@ -2,17 +2,18 @@ import { measureJson, type BatchLimits, type JsonMeasure } from '../schema/index
 
 // What the server's payload gate refuses in a step before reading it, checked here so that a
 // step it would refuse is never sent: each refusal of the gate is a strike against the
-// connection (20 in a burst close it `too-many-errors`, for good), and the gate does not say which step of
-// a batch it refused, so an offline backlog with a dozen pasted data: images cost a strike per
-// image and more, and the connection was closed with the edits after them unsent.
+// connection (a burst of them closes it `too-many-errors`, for good), and the gate does not say
+// which step of a batch it refused, so an offline backlog with a dozen pasted data: images
+// would cost a strike per image and more, and close the connection with the edits after them
+// unsent.
 
 /// A `steps` message at `version` holding only `step` (its JSON), measured by the server's
 /// payload gate itself (`measureJson`) for the `limits` of the last join answer: a string over
 /// `maxAttributeBytes` anywhere but as a `text` key's value is `too-large`, a nesting deeper
 /// than `maxJsonDepth` is `too-deep` (neither checked when the server did not say them), and
 /// otherwise `bytes` is the message's size as the gate counts it, which is what it compares
-/// with `maxMessageBytes`. The gate's own code rather than a copy of it: a copy that counted
-/// UTF-8 and JSON escapes dropped, unsent, pastes the server takes.
+/// with `maxMessageBytes`. The gate's own code rather than a copy of it: a copy that counts
+/// UTF-8 or JSON escapes otherwise drops, unsent, pastes the server takes.
 export function measureStep(
   step: unknown,
   version: number,

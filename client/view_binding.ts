@@ -15,8 +15,8 @@ export type BindViewOptions = Omit<CollabClientOptions, 'schema' | 'plugins'>;
 /// Before remote steps are drawn, the binding has the view read any input still pending in the
 /// DOM (its DOM observer's flush; prosemirror-view does that only on its next mutation or
 /// selection event). Without it, a character typed or a caret moved in the last milliseconds
-/// can be overwritten by the redraw of the remote state: a caret moved by Ctrl+End jumped
-/// back that way in the browser tests.
+/// can be overwritten by the redraw of the remote state (a caret moved by Ctrl+End jumps
+/// back).
 ///
 /// This replaces the view's `dispatchTransaction`: libraries that listen for transactions
 /// through their own dispatch (Tiptap's `update` event) do not see them; read the state from

@@ -138,7 +138,7 @@ function compareStretch(
     if (grouping && !streamed && olds.length === news.length) {
       // Too long or too different to compare as one stream: as many blocks on both sides (a
       // join and a split elsewhere, or long paragraphs whose ends alone looked alike), so
-      // compared in pairs, in order, as before groups; the first pair takes this turn.
+      // compared in pairs, in order, as ungrouped blocks are; the first pair takes this turn.
       groups.splice(k, 1, ...olds.map((piece, i): Group => ({ olds: [piece], news: [news[i]!] })));
       k--;
       continue;
