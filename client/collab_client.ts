@@ -31,6 +31,7 @@ export class CollabClient {
   private readonly s: ClientState;
   private readonly parts: ClientParts;
   private readonly connection: Connection;
+  private readonly sync: Sync;
 
   constructor(options: CollabClientOptions) {
     this.docId = options.docId;
@@ -48,7 +49,7 @@ export class CollabClient {
     Object.assign(parts, {
       send: () => outbox.send(),
       join: () => sync.join(),
-      pull: (full: boolean, dropLocal?: boolean) => sync.pull(full, dropLocal),
+      pull: (full: boolean, dropLocal?: boolean) => this.pull(full, dropLocal),
       refused: refusals.refused.bind(refusals),
       refusedForGood: refusals.refusedForGood.bind(refusals),
       dropRefused: refusals.dropRefused.bind(refusals),
@@ -56,6 +57,7 @@ export class CollabClient {
     } satisfies ClientParts);
     this.parts = parts;
     this.connection = connection;
+    this.sync = sync;
     this.socket.on('steps', (message) => sync.onSteps(message));
   }
 
@@ -164,6 +166,14 @@ export class CollabClient {
   /// Disconnects for good and stops every timer.
   close(): void {
     this.connection.close();
+  }
+
+  /// Asks for the steps since our version, or the whole document when `full` (a reload, as
+  /// after `history-gone`); `dropLocal` drops the unconfirmed steps with it. Private, and the
+  /// one way in the parts use, so that a test can ask for a reload the server gives only on
+  /// its own.
+  private pull(full: boolean, dropLocal = false): void {
+    this.sync.pull(full, dropLocal);
   }
 }
 
