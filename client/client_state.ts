@@ -32,10 +32,10 @@ export type Link =
 export type Delivery = 'idle' | 'in-flight' | 'lost' | 'reloading';
 
 /// The last batch this client sent, kept after its answer: its steps as sent (the first
-/// `steps.length` unconfirmed steps are it until it is confirmed), and the maps of the remote
-/// steps applied while it was in flight alone (null once the state was replaced meanwhile):
-/// how our first unconfirmed step was rebased since it was sent, to find it again if the
-/// server refuses it.
+/// `steps.length` unconfirmed steps are it until it is confirmed), and, for a batch of one
+/// step, the maps of the remote steps applied while it was in flight (null once the state was
+/// replaced meanwhile): how our first unconfirmed step was rebased since it was sent, to
+/// find it again if the server refuses it.
 export interface SentBatch {
   readonly steps: StepJSON[];
   sinceSent: StepMap[] | null;
@@ -161,14 +161,17 @@ export class ClientState {
     this.plugins = options.plugins ?? [];
   }
 
+  /// Joined: steps are received and sent.
   get joined(): boolean {
     return this.link.kind === 'joined';
   }
 
+  /// Closed or failed for good.
   get closed(): boolean {
     return this.link.kind === 'closed';
   }
 
+  /// A batch awaits its answer on this connection.
   get inFlight(): boolean {
     return this.delivery === 'in-flight';
   }

@@ -8,6 +8,7 @@ import { Outbox } from './outbox.js';
 import { Refusals } from './refusals.js';
 import { Sync } from './sync.js';
 
+/// The client's options and status, defined beside the delays resolved from them.
 export type { CollabClientOptions, CollabStatus } from './client_options.js';
 export { refusedLocalSteps } from './client_state.js';
 
@@ -71,6 +72,7 @@ export class CollabClient {
     return this.s.epoch;
   }
 
+  /// Where the client stands (`CollabStatus`); `onStatus` is told of every change.
   get status(): CollabStatus {
     return this.s.status;
   }
