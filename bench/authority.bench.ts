@@ -2,7 +2,8 @@
 // schema check, history. Run with `npm run bench:authority`.
 import { EditorState } from 'prosemirror-state';
 import { createHistogram } from 'node:perf_hooks';
-import { schema, type StepJSON } from '../schema/index.js';
+import { schema } from '../schema/index.js';
+import { type StepJSON } from '../schema/events.js';
 import { Authority } from '../server/core/authority.js';
 
 function documentOfSize(bytes: number) {

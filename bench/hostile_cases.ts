@@ -1,5 +1,5 @@
 import type { Socket } from 'socket.io-client';
-import type { StepJSON, StepsAnswer, SyncAnswer } from '../schema/index.js';
+import type { StepJSON, StepsAnswer, SyncAnswer } from '../schema/events.js';
 import type { Config } from '../server/config.js';
 import {
   ask,

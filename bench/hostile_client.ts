@@ -1,11 +1,6 @@
 import { io, type Socket } from 'socket.io-client';
-import {
-  measureJson,
-  unlimitedJson,
-  type StepJSON,
-  type StepsAnswer,
-  type SyncAnswer,
-} from '../schema/index.js';
+import { measureJson, unlimitedJson } from '../schema/json_limits.js';
+import { type StepJSON, type StepsAnswer, type SyncAnswer } from '../schema/events.js';
 
 // The hostile client of `bench/hostile-block.ts`: bare Socket.io sockets speaking the wire
 // protocol (no CollabClient, no rebasing, no pacing), and the legitimate-looking pastes with

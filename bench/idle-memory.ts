@@ -2,7 +2,8 @@ import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
-import { schema, type StepsAnswer, type SyncAnswer } from '../schema/index.js';
+import { schema } from '../schema/index.js';
+import { type StepsAnswer, type SyncAnswer } from '../schema/events.js';
 import { startServerProcess } from '../client-sim/server_process.js';
 import { ask } from './socket_ask.js';
 

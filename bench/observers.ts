@@ -3,7 +3,8 @@ import { parseArgs } from 'node:util';
 import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
 import { Step } from 'prosemirror-transform';
-import { schema, type StepsAnswer, type StepsBroadcast, type SyncAnswer } from '../schema/index.js';
+import { schema } from '../schema/index.js';
+import { type StepsAnswer, type StepsBroadcast, type SyncAnswer } from '../schema/events.js';
 import {
   cpuProbeArgs,
   parseEnvPairs,

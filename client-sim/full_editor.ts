@@ -1,7 +1,7 @@
 import { sendableSteps } from 'prosemirror-collab';
 import type { EditorState, Transaction } from 'prosemirror-state';
 import { CollabClient } from '../client/index.js';
-import type { StepsAnswer } from '../schema/index.js';
+import type { StepsAnswer } from '../schema/protocol.js';
 import { NetworkDelay } from './network_delay.js';
 import { Pace } from './pace.js';
 import type { Random } from './random.js';

@@ -7,7 +7,7 @@ import type {
   StepsAnswer,
   StepsBroadcast,
   SyncAnswer,
-} from '../schema/index.js';
+} from '../schema/protocol.js';
 import { NetworkDelay } from './network_delay.js';
 import { Pace } from './pace.js';
 import type { Random } from './random.js';

@@ -1,5 +1,5 @@
 import { io, type Socket } from 'socket.io-client';
-import type { ClientToServerEvents, ServerToClientEvents } from '../schema/index.js';
+import type { ClientToServerEvents, ServerToClientEvents } from '../schema/protocol.js';
 import { NetworkDelay } from './network_delay.js';
 import type { Random } from './random.js';
 import type { WindowRecorder } from './window_recorder.js';

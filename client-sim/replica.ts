@@ -1,7 +1,7 @@
 import { Node, type Schema } from 'prosemirror-model';
 import { EditorState } from 'prosemirror-state';
 import { Step } from 'prosemirror-transform';
-import type { StepJSON, SyncAnswer } from '../schema/index.js';
+import type { StepJSON, SyncAnswer } from '../schema/protocol.js';
 
 /// One copy of a document shared by every light editor of it in one thread: the confirmed
 /// document and version, kept up to date from the broadcasts that any of those editors'

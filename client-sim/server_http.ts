@@ -1,4 +1,4 @@
-import type { DocJSON } from '../schema/index.js';
+import type { DocJSON } from '../schema/protocol.js';
 
 /// Thrown when the server cannot be used: nothing listens at the URL, it is not a Scriptorium
 /// server, or it is shutting down. The message says which and what to do.

@@ -1,5 +1,5 @@
 import type { Schema } from 'prosemirror-model';
-import type { DocJSON } from '../schema/index.js';
+import type { DocJSON } from '../schema/protocol.js';
 import { FullEditor } from './full_editor.js';
 import { LightEditor } from './light_editor.js';
 import { Observer } from './observer.js';

@@ -1,5 +1,5 @@
 import { cpus, platform, release } from 'node:os';
-import type { DocJSON } from '../schema/index.js';
+import type { DocJSON } from '../schema/protocol.js';
 import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
 import { validateOptions, workersFor, type SwarmOptions } from './options.js';
 import { Random } from './random.js';

@@ -1,5 +1,6 @@
 import type { Step } from 'prosemirror-transform';
-import { errorBody, type BatchLimits, type ErrorBody, type StepJSON } from '../schema/index.js';
+import { errorBody, type ErrorBody } from '../schema/errors.js';
+import { type BatchLimits, type StepJSON } from '../schema/events.js';
 import { measureStep } from './step_limits.js';
 
 /// What bounds the next batch: the client's own cap on its steps (`batchLimit`), how many

@@ -1,7 +1,8 @@
 import type { Schema } from 'prosemirror-model';
 import type { EditorState, Plugin, Transaction } from 'prosemirror-state';
 import type { ManagerOptions, SocketOptions } from 'socket.io-client';
-import type { ErrorBody, StepJSON } from '../schema/index.js';
+import type { ErrorBody } from '../schema/errors.js';
+import type { StepJSON } from '../schema/events.js';
 
 /// Where a client stands: `connecting` (joining or catching up), `synced` (connected, nothing
 /// unconfirmed), `sending` (connected, local steps waiting for confirmation), `offline`

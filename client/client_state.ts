@@ -2,7 +2,8 @@ import type { Node, Schema } from 'prosemirror-model';
 import { getVersion, sendableSteps } from 'prosemirror-collab';
 import type { EditorState, Plugin } from 'prosemirror-state';
 import type { StepMap } from 'prosemirror-transform';
-import type { BatchLimits, ClosingNotice, DocRoom, ErrorBody, StepJSON } from '../schema/index.js';
+import type { BatchLimits, ClosingNotice, DocRoom, StepJSON } from '../schema/events.js';
+import type { ErrorBody } from '../schema/errors.js';
 import {
   clientDelays,
   type ClientDelays,

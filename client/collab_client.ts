@@ -1,6 +1,7 @@
 import type { Schema } from 'prosemirror-model';
 import type { EditorState, Transaction } from 'prosemirror-state';
-import { schema as builtInSchema, type ErrorBody } from '../schema/index.js';
+import { schema as builtInSchema } from '../schema/index.js';
+import { type ErrorBody } from '../schema/errors.js';
 import type { CollabClientOptions, CollabStatus } from './client_options.js';
 import { ClientState, type ClientParts } from './client_state.js';
 import { Connection, openSocket, type ClientSocket } from './connection.js';

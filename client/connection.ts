@@ -1,12 +1,6 @@
 import { io, type Socket } from 'socket.io-client';
-import {
-  errorBody,
-  errors,
-  isErrorCode,
-  type ClientToServerEvents,
-  type ErrorBody,
-  type ServerToClientEvents,
-} from '../schema/index.js';
+import { errorBody, errors, isErrorCode, type ErrorBody } from '../schema/errors.js';
+import { type ClientToServerEvents, type ServerToClientEvents } from '../schema/events.js';
 import type { ClientParts, ClientState } from './client_state.js';
 
 /// The client's socket.

@@ -1,5 +1,6 @@
 import { getVersion, sendableSteps } from 'prosemirror-collab';
-import { errorBody, type ErrorAnswer, type StepsAnswer, type DocRoom } from '../schema/index.js';
+import { errorBody } from '../schema/errors.js';
+import { type ErrorAnswer, type StepsAnswer, type DocRoom } from '../schema/events.js';
 import { nextBatch } from './batch.js';
 import type { ClientParts, ClientState } from './client_state.js';
 import type { ClientSocket } from './connection.js';

@@ -5,7 +5,7 @@ import {
   presenceColorPattern,
   presenceNameMaxLength,
   type PresenceBroadcast,
-} from '../schema/index.js';
+} from '../schema/events.js';
 import type { CollabClient, CollabStatus } from './collab_client.js';
 import {
   isDisplayable,

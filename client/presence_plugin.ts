@@ -2,7 +2,7 @@ import { getVersion, sendableSteps } from 'prosemirror-collab';
 import { Plugin, PluginKey, type EditorState, type Transaction } from 'prosemirror-state';
 import { Mapping, type StepMap } from 'prosemirror-transform';
 import { Decoration, DecorationSet } from 'prosemirror-view';
-import { presenceColorPattern, type PresenceBroadcast } from '../schema/index.js';
+import { presenceColorPattern, type PresenceBroadcast } from '../schema/events.js';
 
 /// Another editor's selection, in this editor's document positions.
 export interface RemoteCursor {

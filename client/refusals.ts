@@ -1,14 +1,10 @@
 import { getVersion, sendableSteps } from 'prosemirror-collab';
 import type { Node } from 'prosemirror-model';
 import { Mapping, Step } from 'prosemirror-transform';
-import {
-  bytesDelta,
-  errorBody,
-  isErrorCode,
-  StepRebaser,
-  type DocRoom,
-  type ErrorBody,
-} from '../schema/index.js';
+import { bytesDelta } from '../schema/doc_size.js';
+import { errorBody, isErrorCode, type ErrorBody } from '../schema/errors.js';
+import { StepRebaser } from '../schema/rebase.js';
+import { type DocRoom } from '../schema/events.js';
 import {
   refusedLocalSteps,
   type ClientParts,

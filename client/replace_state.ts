@@ -2,7 +2,7 @@ import { collab, sendableSteps } from 'prosemirror-collab';
 import type { Node } from 'prosemirror-model';
 import { EditorState, TextSelection } from 'prosemirror-state';
 import type { Step, StepMap } from 'prosemirror-transform';
-import { rebaseSteps, StepRebaser } from '../schema/index.js';
+import { rebaseSteps, StepRebaser } from '../schema/rebase.js';
 import { refusedLocalSteps, type ClientState } from './client_state.js';
 import { differenceMap } from './diff/doc_diff.js';
 

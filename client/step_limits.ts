@@ -1,4 +1,5 @@
-import { measureJson, type BatchLimits, type JsonMeasure } from '../schema/index.js';
+import { measureJson, type JsonMeasure } from '../schema/json_limits.js';
+import { type BatchLimits } from '../schema/events.js';
 
 // What the server's payload gate refuses in a step before reading it, checked here so that a
 // step it would refuse is never sent: each refusal of the gate is a strike against the

@@ -2,7 +2,7 @@ import { getVersion, receiveTransaction, sendableSteps } from 'prosemirror-colla
 import { Node } from 'prosemirror-model';
 import type { EditorState } from 'prosemirror-state';
 import { Step } from 'prosemirror-transform';
-import type { StepJSON, StepsBroadcast, SyncAnswer } from '../schema/index.js';
+import type { StepJSON, StepsBroadcast, SyncAnswer } from '../schema/events.js';
 import type { ClientParts, ClientState } from './client_state.js';
 import type { ClientSocket } from './connection.js';
 import { reconcile, reload } from './replace_state.js';

@@ -1,7 +1,3 @@
-export * from './schema.js';
-export * from './errors.js';
-export * from './events.js';
-export * from './rebase.js';
-export * from './doc_size.js';
-export * from './json_limits.js';
-export * from './url.js';
+// `scriptorium/schema`: the built-in ProseMirror schema, nothing else. The wire types and error
+// codes are `scriptorium/protocol`; rebasing and size measurement are internal.
+export { emptyDoc, schema, schemaVersion } from './schema.js';

@@ -3,18 +3,12 @@ import type { Node, Schema } from 'prosemirror-model';
 import { Transform } from 'prosemirror-transform';
 import { pino, type Logger } from 'pino';
 import type { Server } from 'socket.io';
-import {
-  docIdPattern,
-  errorBody,
-  isErrorCode,
-  schema as builtInSchema,
-  schemaVersion as builtInSchemaVersion,
-  type ErrorCode,
-  type StepJSON,
-  type StepsAnswer,
-} from '../schema/index.js';
+import { docIdPattern, type StepJSON, type StepsAnswer } from '../schema/events.js';
+import { errorBody, isErrorCode, type ErrorCode } from '../schema/errors.js';
+import { schema as builtInSchema, schemaVersion as builtInSchemaVersion } from '../schema/index.js';
 import { MetricsRecorder } from '../metrics/index.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import { processSettings, type LimitSettings } from './settings.js';
 import type { AcceptedBatch, RoomHooks, RoomTransport } from './core/room.js';
 import { CodedError, Rooms } from './core/rooms.js';
 import { Admission } from './protocol/admission.js';
@@ -27,33 +21,9 @@ import { MemoryStore } from './stores/memory_store.js';
 import type { Store } from './stores/store.js';
 
 /// The settings `createCollab` takes as `limits`: every setting of the standalone server that
-/// is not about its own process (port, host, store, logging). Same names, defaults and ranges
-/// as the README's table.
-export type CollabLimits = Omit<Config, (typeof standaloneSettings)[number]>;
-
-/// The standalone server's own settings: its process, and its HTTP access control (an
-/// embedding host has its own `authenticate`, origins and metrics routes).
-const standaloneSettings = [
-  'port',
-  'host',
-  'redisUrl',
-  'dataDir',
-  'store',
-  'logLevel',
-  'metricsEnabled',
-  'nodeId',
-  'authSecret',
-  'authPublicKey',
-  'authAudience',
-  'authIssuer',
-  'auth',
-  'nodeEnv',
-  'allowedOrigins',
-  'metricsToken',
-  'metricsDocIds',
-] as const;
-
-const processSettings = new Set<string>(standaloneSettings);
+/// is not about its own process (port, host, store, access control, logging). Same names,
+/// defaults and ranges as docs/configuration.md, which lists them from the same table.
+export type CollabLimits = LimitSettings;
 
 /// A document as the hooks and `document()` see it: the published (durable) state.
 export interface DocumentEvent {
@@ -144,22 +114,54 @@ export interface Collab {
     edit: (tr: Transform) => void,
     options?: { user?: string | null; clientID?: string },
   ): Promise<number>;
-  /// The document's published version and content, loading it if needed; null when the store
+  /// The document's published version, epoch (the identity of its history: a document made
+  /// again from empty gets a new one) and content, loading it if needed; null when the store
   /// has no such document. Rejects with a `CodedError`: `bad-document-id` for an id outside
   /// `docIdPattern`, `unavailable` when the store fails (with `retryAfterMs` while the document
   /// is being reloaded after a conflict), `corrupt` for a quarantined document, `moved` (with
   /// `retryAfterMs`) when another node serves it.
-  document(docId: string): Promise<{ version: number; doc: Node } | null>;
+  document(docId: string): Promise<{ version: number; epoch: string; doc: Node } | null>;
   /// Connected editors, over every attached namespace.
   readonly editors: number;
   /// Refuses new connections, finishes in-flight batches, writes snapshots, tells every editor
   /// to reconnect later, closes the store. Bounded by `shutdownTimeoutMs`; resolves true when
   /// everything was saved in time.
   close(): Promise<boolean>;
-  /// The document registry, for the standalone server's HTTP routes.
-  readonly rooms: Rooms;
+  /// What this authority holds now, as plain numbers (for health pages and gauges).
+  stats(): CollabStats;
+  /// Whether this authority can serve now, and if not why: what a readiness probe answers. Asks
+  /// the store to answer (`ping`, when it has one) only when nothing else already stops it.
+  health(): Promise<CollabHealth>;
+}
+
+/// `Collab.stats()`: counts read when called.
+export interface CollabStats {
+  /// Documents held in memory.
+  documents: number;
+  /// Connected editors (sockets), over every attached namespace.
+  editors: number;
+  /// Documents refused as `corrupt` right now (quarantined).
+  quarantined: number;
+  /// Loads that found damaged stored data, since start.
+  corruptLoads: number;
+  /// Documents closed because serving them threw, since start; their editors reloaded.
+  roomFailures: number;
+}
+
+/// `Collab.health()`: `ready` is false when any of the others says so, and `reason` says why.
+export interface CollabHealth {
+  ready: boolean;
+  /// Why it should not be sent traffic now (the first of: shutting down, leases cannot be
+  /// renewed, the store does not answer), or null when ready.
+  reason: string | null;
   /// True once `close` was called.
-  readonly draining: boolean;
+  draining: boolean;
+  /// False while document lease renewals or this node's heartbeats fail (a shared store such
+  /// as Redis cannot be reached); always true for a store without leases.
+  leases: boolean;
+  /// Whether the store answered a ping; null when it was not asked (it has no `ping`, or one
+  /// of the checks above already failed).
+  store: boolean | null;
 }
 
 /// Every option `createCollab` takes. A Record over the interface's keys, so the compiler
@@ -266,16 +268,38 @@ export function createCollab(options: CollabOptions = {}): Collab {
   };
 
   let closing: Promise<boolean> | null = null;
-  return {
+  const collab: Collab = {
     schema,
     metrics,
     socketOptions,
-    rooms,
-    get draining() {
-      return draining;
-    },
     get editors() {
       return editors();
+    },
+    stats() {
+      return {
+        documents: rooms.size,
+        editors: editors(),
+        quarantined: rooms.quarantinedCount,
+        corruptLoads: rooms.corruptLoads,
+        roomFailures: rooms.roomFailures,
+      };
+    },
+    async health() {
+      const leases = rooms.leasesHealthy;
+      let storeAnswered: boolean | null = null;
+      let reason: string | null = null;
+      if (draining) reason = 'shutting down';
+      else if (!leases) reason = 'document leases cannot be renewed';
+      else if (isPingable(store)) {
+        try {
+          await store.ping();
+          storeAnswered = true;
+        } catch {
+          storeAnswered = false;
+          reason = 'the store does not answer';
+        }
+      }
+      return { ready: reason === null, reason, draining, leases, store: storeAnswered };
     },
     attach(io, attachOptions = {}) {
       if (draining) throw new Error('this collab is closed');
@@ -362,16 +386,22 @@ export function createCollab(options: CollabOptions = {}): Collab {
         // The store's and the registry's own errors are not exported: a host could tell a
         // store that is down from a quarantined document only by their names.
         if (err instanceof CodedError) throw err;
-        throw new CodedError(loadFailureCode(err), (err as Error)?.message, { cause: err });
+        const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
+        throw new CodedError(loadFailureCode(err), (err as Error)?.message, {
+          cause: err,
+          ...(typeof retryAfterMs === 'number' ? { retryAfterMs } : {}),
+        });
       }
       if (!room) return null;
-      return { version: room.publishedVersion, doc: room.publishedDoc };
+      return { version: room.publishedVersion, epoch: room.epoch, doc: room.publishedDoc };
     },
     close() {
       closing ??= shutdown();
       return closing;
     },
   };
+  registries.set(collab, rooms);
+  return collab;
 
   async function shutdown(): Promise<boolean> {
     // One budget for everything below: a wedged document (a hung disk, a store that does not
@@ -427,6 +457,23 @@ export function createCollab(options: CollabOptions = {}): Collab {
     if (!closed) log.warn('close: the store did not close cleanly in time');
     return saved && closed;
   }
+}
+
+/// Each collab's document registry, for this repository's tests and tools (`roomsOf`); hosts
+/// see `stats()` and `health()` instead.
+const registries = new WeakMap<Collab, Rooms>();
+
+/// The document registry behind `collab`, which the package does not export: tests read a
+/// room's state through it. Throws for an object `createCollab` did not make.
+export function roomsOf(collab: Collab): Rooms {
+  const rooms = registries.get(collab);
+  if (!rooms) throw new TypeError('not a collab made by createCollab');
+  return rooms;
+}
+
+/// Stores that can be asked whether they answer (Redis, files).
+function isPingable(store: Store): store is Store & { ping(): Promise<void> } {
+  return typeof (store as { ping?: unknown }).ping === 'function';
 }
 
 /// The rooms' hooks: the host's, each behind a wrapper, so that what a host's hook throws or

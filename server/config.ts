@@ -1,220 +1,14 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { isIP } from 'node:net';
-import { hostname } from 'node:os';
 import proxyAddr from 'proxy-addr';
-import { parseOrigins } from './protocol/origins.js';
+import { defaults, settingRows, settings, type Config } from './settings.js';
 
-/// Everything the server can be told, with units in the names. Built once by `loadConfig`,
-/// validated and frozen; nothing else reads `process.env`.
-export interface Config {
-  port: number;
-  host: string;
-  /// `redis://…` to persist in Redis; null for the embedded file store under `dataDir`.
-  redisUrl: string | null;
-  /// Put before every Redis key this server writes: deployments (or test runs) sharing one
-  /// Redis keep apart by it. Node liveness keys carry it too.
-  redisKeyPrefix: string;
-  dataDir: string;
-  /// 'memory' keeps documents in this process only (tests, demos).
-  store: 'auto' | 'memory';
-  maxHistorySteps: number;
-  /// Recent steps kept per document are also cut to this many bytes (of their JSON).
-  maxHistoryBytes: number;
-  maxStepsPerBatch: number;
-  /// Largest document in ProseMirror positions (`Node.nodeSize`).
-  maxDocSize: number;
-  /// Largest document in bytes of its JSON, checked after every step of a batch.
-  maxDocBytes: number;
-  /// Deepest document: nodes inside nodes, counting the top node as depth 0.
-  maxDocDepth: number;
-  /// Longest attribute string (a link's href, an image's src), in UTF-16 code units.
-  maxAttributeBytes: number;
-  /// A batch that takes longer than this to validate and apply is refused (`too-large`): a
-  /// backstop under the size limits, so no single message holds the event loop for long.
-  maxApplyMs: number;
-  maxRebaseSteps: number;
-  maxMessageBytes: number;
-  /// Deepest JSON nesting (objects and arrays) accepted in any message, checked before use.
-  maxJsonDepth: number;
-  /// Bytes the server may have queued for one socket before it is dropped (`slow-consumer`).
-  maxSocketBufferBytes: number;
-  /// Token buckets per socket: `steps` batches, and `join`/`pull` requests (0 = no limit).
-  batchesPerSecond: number;
-  batchesBurst: number;
-  pullsPerSecond: number;
-  pullsBurst: number;
-  /// Caps per client address and per client id (0 = no limit).
-  maxConnectionsPerIp: number;
-  maxSocketsPerClient: number;
-  /// Distinct documents one user (the authenticated user; in open mode, one client address)
-  /// may have sockets on at once (0 = no limit): what keeps one client from holding every
-  /// one of `maxLoadedDocuments`.
-  maxDocumentsPerUser: number;
-  /// New documents one client address may create per minute (0 = no limit).
-  newDocumentsPerMinute: number;
-  /// Documents held in memory; the least recently used idle one is unloaded to make room.
-  maxLoadedDocuments: number;
-  /// Malformed messages one socket may send in a burst before it is closed
-  /// (`too-many-errors`): one is forgiven every `protocolErrorForgiveMs` while any are counted.
-  maxProtocolErrors: number;
-  /// How often one counted malformed message is forgiven (a leaky bucket, on the monotonic
-  /// clock): occasional refusals spread over a long session never add up to a close.
-  protocolErrorForgiveMs: number;
-  /// Proxies whose `X-Forwarded-For` is believed (addresses, CIDR ranges, or `loopback`,
-  /// `linklocal`, `uniquelocal`); empty: the peer address is the client's.
-  trustProxy: string[];
-  /// How long a busy document gathers batches into one flush (journal append, broadcast,
-  /// acknowledgements): `flushUsPerSocket` µs per joined socket, at most `flushIntervalMs`; see
-  /// `RoomOptions.flushIntervalMs`.
-  flushIntervalMs: number;
-  flushUsPerSocket: number;
-  snapshotEverySteps: number;
-  snapshotEveryMs: number;
-  idleUnloadMs: number;
-  storeTimeoutMs: number;
-  shutdownTimeoutMs: number;
-  /// This node's name in logs, metrics, `x-scriptorium-node` and document leases.
-  nodeId: string;
-  /// How long a document lease lasts without renewal (Redis store): a node that dies holds its
-  /// documents this long at most; renewed three times per period.
-  leaseMs: number;
-  /// The HS256 secret tokens are signed with (`AUTH_SECRET`), and/or a PEM public key for
-  /// RS256, ES256 or EdDSA tokens (`AUTH_PUBLIC_KEY`). Neither: open mode.
-  authSecret: string | null;
-  authPublicKey: string | null;
-  /// The `aud` and `iss` claims every token must carry (`AUTH_AUDIENCE`, `AUTH_ISSUER`); null:
-  /// not checked. For keys an identity service shares between applications.
-  authAudience: string | null;
-  authIssuer: string | null;
-  /// `off` (from `AUTH=off`): open mode on purpose, which `NODE_ENV=production` requires.
-  auth: 'auto' | 'off';
-  /// `NODE_ENV`: `production` refuses to start in open mode unless `auth` is `off`. One of
-  /// `nodeEnvironments`: any other value (`prod`, `Production`) is refused rather than taken
-  /// for not-production, which would turn that guard off.
-  nodeEnv: string;
-  /// Browser origins admitted besides the server's own (`ALLOWED_ORIGINS`, a comma list).
-  allowedOrigins: string[];
-  /// A bearer token `/metrics` and `/metrics/windows` require (`METRICS_TOKEN`); null: open.
-  metricsToken: string | null;
-  /// Whether document ids appear in metrics output (`METRICS_DOC_IDS=on`); otherwise each is
-  /// shown as a label that stays the same while the process runs but cannot be reversed.
-  metricsDocIds: boolean;
-  metricsEnabled: boolean;
-  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
-}
-
-/// The defaults: what `npm start` runs with when nothing is set.
-export const defaults: Readonly<Config> = Object.freeze({
-  port: 4000,
-  host: '0.0.0.0',
-  redisUrl: null,
-  redisKeyPrefix: 'scriptorium:',
-  dataDir: './data',
-  store: 'auto',
-  maxHistorySteps: 10_000,
-  maxHistoryBytes: 256 * 1024,
-  maxStepsPerBatch: 1_000,
-  maxDocSize: 4_000_000,
-  maxDocBytes: 256 * 1024,
-  maxDocDepth: 48,
-  maxAttributeBytes: 4 * 1024,
-  maxApplyMs: 20,
-  maxRebaseSteps: 1_000,
-  maxMessageBytes: 64 * 1024,
-  maxJsonDepth: 128,
-  maxSocketBufferBytes: 4 * 1024 * 1024,
-  batchesPerSecond: 50,
-  batchesBurst: 100,
-  pullsPerSecond: 10,
-  pullsBurst: 10,
-  maxConnectionsPerIp: 2_000,
-  maxSocketsPerClient: 8,
-  maxDocumentsPerUser: 100,
-  newDocumentsPerMinute: 300,
-  maxLoadedDocuments: 2_000,
-  maxProtocolErrors: 20,
-  // A minute: refusals an honest client cannot foresee follow a person's edit (a paste the
-  // server refuses for a reason the client could not check), one or two strikes each, far
-  // rarer than one a minute over a session; a socket that sends malformed messages in a loop
-  // is still closed after its burst, and one that paces them to stay open is held to one a
-  // minute, nothing beside the 50 batches a second its rate bucket lets any socket send.
-  protocolErrorForgiveMs: 60_000,
-  trustProxy: [],
-  flushIntervalMs: 40,
-  flushUsPerSocket: 500,
-  snapshotEverySteps: 500,
-  snapshotEveryMs: 30_000,
-  idleUnloadMs: 30_000,
-  storeTimeoutMs: 2_000,
-  shutdownTimeoutMs: 10_000,
-  nodeId: hostname(),
-  leaseMs: 5_000,
-  authSecret: null,
-  authPublicKey: null,
-  authAudience: null,
-  authIssuer: null,
-  auth: 'auto',
-  nodeEnv: 'development',
-  allowedOrigins: [],
-  metricsToken: null,
-  metricsDocIds: false,
-  metricsEnabled: true,
-  logLevel: 'info',
-});
+export { defaults, type Config } from './settings.js';
 
 /// Environment variables and the config field each sets.
-export const environment = {
-  PORT: 'port',
-  HOST: 'host',
-  REDIS_URL: 'redisUrl',
-  REDIS_KEY_PREFIX: 'redisKeyPrefix',
-  DATA_DIR: 'dataDir',
-  STORE: 'store',
-  MAX_HISTORY_STEPS: 'maxHistorySteps',
-  MAX_HISTORY_BYTES: 'maxHistoryBytes',
-  MAX_STEPS_PER_BATCH: 'maxStepsPerBatch',
-  MAX_DOC_SIZE: 'maxDocSize',
-  MAX_DOC_BYTES: 'maxDocBytes',
-  MAX_DOC_DEPTH: 'maxDocDepth',
-  MAX_ATTRIBUTE_BYTES: 'maxAttributeBytes',
-  MAX_APPLY_MS: 'maxApplyMs',
-  MAX_REBASE_STEPS: 'maxRebaseSteps',
-  MAX_MESSAGE_BYTES: 'maxMessageBytes',
-  MAX_JSON_DEPTH: 'maxJsonDepth',
-  MAX_SOCKET_BUFFER_BYTES: 'maxSocketBufferBytes',
-  BATCHES_PER_SECOND: 'batchesPerSecond',
-  BATCHES_BURST: 'batchesBurst',
-  PULLS_PER_SECOND: 'pullsPerSecond',
-  PULLS_BURST: 'pullsBurst',
-  MAX_CONNECTIONS_PER_IP: 'maxConnectionsPerIp',
-  MAX_SOCKETS_PER_CLIENT: 'maxSocketsPerClient',
-  MAX_DOCUMENTS_PER_USER: 'maxDocumentsPerUser',
-  NEW_DOCUMENTS_PER_MINUTE: 'newDocumentsPerMinute',
-  MAX_LOADED_DOCUMENTS: 'maxLoadedDocuments',
-  MAX_PROTOCOL_ERRORS: 'maxProtocolErrors',
-  PROTOCOL_ERROR_FORGIVE_MS: 'protocolErrorForgiveMs',
-  TRUST_PROXY: 'trustProxy',
-  FLUSH_INTERVAL_MS: 'flushIntervalMs',
-  FLUSH_US_PER_SOCKET: 'flushUsPerSocket',
-  SNAPSHOT_EVERY_STEPS: 'snapshotEverySteps',
-  SNAPSHOT_EVERY_MS: 'snapshotEveryMs',
-  IDLE_UNLOAD_MS: 'idleUnloadMs',
-  STORE_TIMEOUT_MS: 'storeTimeoutMs',
-  SHUTDOWN_TIMEOUT_MS: 'shutdownTimeoutMs',
-  NODE_ID: 'nodeId',
-  LEASE_MS: 'leaseMs',
-  AUTH_SECRET: 'authSecret',
-  AUTH_PUBLIC_KEY: 'authPublicKey',
-  AUTH_AUDIENCE: 'authAudience',
-  AUTH_ISSUER: 'authIssuer',
-  AUTH: 'auth',
-  NODE_ENV: 'nodeEnv',
-  ALLOWED_ORIGINS: 'allowedOrigins',
-  METRICS_TOKEN: 'metricsToken',
-  METRICS_DOC_IDS: 'metricsDocIds',
-  METRICS: 'metricsEnabled',
-  LOG_LEVEL: 'logLevel',
-} as const satisfies Record<string, keyof Config>;
+export const environment: Readonly<Record<string, keyof Config>> = Object.freeze(
+  Object.fromEntries(settingRows.map(([field, row]) => [row.env, field])),
+);
 
 /// Thrown by `loadConfig` for a value it cannot accept; the message names the setting.
 export class ConfigError extends Error {
@@ -224,44 +18,6 @@ export class ConfigError extends Error {
   }
 }
 
-const integerRanges: Partial<Record<keyof Config, [number, number]>> = {
-  port: [0, 65_535],
-  maxHistorySteps: [1, 10_000_000],
-  maxHistoryBytes: [1024, 1024 * 1024 * 1024],
-  maxStepsPerBatch: [1, 100_000],
-  maxDocSize: [16, 1_000_000_000],
-  maxDocBytes: [1024, 256 * 1024 * 1024],
-  // Past a few hundred levels prosemirror-model's recursive toJSON/fromJSON/check could
-  // overflow the stack: the cap keeps every recursion over a document far from it.
-  maxDocDepth: [4, 200],
-  maxAttributeBytes: [64, 64 * 1024 * 1024],
-  maxApplyMs: [1, 60_000],
-  maxRebaseSteps: [0, 1_000_000],
-  maxMessageBytes: [1024, 256 * 1024 * 1024],
-  maxJsonDepth: [8, 500],
-  maxSocketBufferBytes: [64 * 1024, 1024 * 1024 * 1024],
-  batchesPerSecond: [0, 1_000_000],
-  batchesBurst: [1, 1_000_000],
-  pullsPerSecond: [0, 1_000_000],
-  pullsBurst: [1, 1_000_000],
-  maxConnectionsPerIp: [0, 10_000_000],
-  maxSocketsPerClient: [0, 1_000_000],
-  maxDocumentsPerUser: [0, 10_000_000],
-  newDocumentsPerMinute: [0, 10_000_000],
-  maxLoadedDocuments: [1, 10_000_000],
-  maxProtocolErrors: [1, 1_000_000],
-  // Below a tenth of a second, a socket could send ten malformed messages a second for ever.
-  protocolErrorForgiveMs: [100, 86_400_000],
-  flushIntervalMs: [0, 1_000],
-  flushUsPerSocket: [0, 1_000_000],
-  snapshotEverySteps: [1, 10_000_000],
-  snapshotEveryMs: [100, 86_400_000],
-  idleUnloadMs: [0, 86_400_000],
-  storeTimeoutMs: [10, 600_000],
-  shutdownTimeoutMs: [100, 600_000],
-  leaseMs: [300, 600_000],
-};
-
 /// The `NODE_ENV` values the server accepts (unset means `development`).
 export const nodeEnvironments: readonly string[] = ['development', 'production', 'test'];
 
@@ -269,7 +25,7 @@ export const nodeEnvironments: readonly string[] = ['development', 'production',
 const hostNamePattern =
   /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
-const logLevels = new Set(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+const logLevels: ReadonlySet<string> = new Set(settings.logLevel.values);
 
 /// Builds the configuration from `overrides` (typed values, as tests pass them) and `env`
 /// (strings, as the entry point passes `process.env`), over `defaults`. Throws `ConfigError`
@@ -303,39 +59,21 @@ export function loadConfig(
 }
 
 function parseEnv(name: string, field: keyof Config, raw: string): unknown {
-  if (field in integerRanges) {
-    if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
-    return Number(raw);
+  try {
+    return settings[field].parse(raw, name);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
   }
-  if (field === 'trustProxy') {
-    return raw
-      .split(',')
-      .map((part) => part.trim())
-      .filter((part) => part !== '');
-  }
-  if (field === 'allowedOrigins') {
-    try {
-      return parseOrigins(raw);
-    } catch (err) {
-      throw new ConfigError(`${name}: ${(err as Error).message}`);
-    }
-  }
-  // PEM keys in one-line environment variables often carry their newlines as `\n`.
-  if (field === 'authPublicKey') return raw.replace(/\\n/g, '\n');
-  if (field === 'metricsEnabled' || field === 'metricsDocIds') {
-    if (raw === 'on' || raw === 'true' || raw === '1') return true;
-    if (raw === 'off' || raw === 'false' || raw === '0') return false;
-    throw new ConfigError(`${name} must be on or off, got "${raw}"`);
-  }
-  return raw;
 }
 
 /// Throws `ConfigError` for the first setting `config` cannot run with; `name` gives the name
 /// a message calls a setting by.
 function validate(config: Config, name: (field: keyof Config) => string): void {
-  for (const [field, [min, max]] of Object.entries(integerRanges) as [keyof Config, number[]][]) {
+  for (const [field, { range }] of settingRows) {
+    if (range === null) continue;
+    const [min, max] = range;
     const value = config[field];
-    if (typeof value !== 'number' || !Number.isInteger(value) || value < min! || value > max!) {
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
       throw new ConfigError(
         `${name(field)} must be a whole number from ${min} to ${max}, got ${value}`,
       );

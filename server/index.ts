@@ -1,16 +1,20 @@
 // The library's entry point (`import … from 'scriptorium'`): the authority to embed, its
 // stores, and the types of its options and hooks. The browser client is `scriptorium/client`,
-// the built-in schema `scriptorium/schema`.
+// the built-in schema `scriptorium/schema`, the wire types and error codes
+// `scriptorium/protocol`.
 export {
   createCollab,
   type AcceptedEvent,
   type AttachOptions,
   type Collab,
+  type CollabHealth,
   type CollabLimits,
   type CollabOptions,
+  type CollabStats,
   type DocumentEvent,
 } from './collab.js';
-export { ConfigError, defaults as defaultLimits } from './config.js';
+export { ConfigError } from './config.js';
+export { defaultLimits } from './settings.js';
 export { CodedError } from './core/rooms.js';
 export type { Authenticate, AuthenticateContext, Identity } from './protocol/socket.js';
 export { MemoryStore } from './stores/memory_store.js';
@@ -18,10 +22,3 @@ export { FileStore } from './stores/file_store.js';
 export { RedisStore } from './stores/redis_store.js';
 export type { Store, StoredDocument, Snapshot, JournalEntry } from './stores/store.js';
 export { MetricsRecorder, createMetricsRegistry, type MetricsWindow } from '../metrics/index.js';
-export {
-  errors,
-  isErrorCode,
-  type ErrorBody,
-  type ErrorCode,
-  type StepJSON,
-} from '../schema/index.js';

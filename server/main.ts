@@ -3,9 +3,7 @@ import { resolve } from 'node:path';
 import { pino } from 'pino';
 import { createScriptorium } from './app/app.js';
 import { ConfigError, loadConfig, redactUrl, type Config } from './config.js';
-import type { FileStore } from './stores/file_store.js';
-import { MemoryStore } from './stores/memory_store.js';
-import type { Store } from './stores/store.js';
+import { FileStore, MemoryStore, RedisStore, type Store } from './index.js';
 
 // The entry point: the one place that reads the environment.
 let config: Readonly<Config>;
@@ -99,7 +97,6 @@ async function openStore(): Promise<Store> {
     return new MemoryStore();
   }
   if (config.redisUrl) {
-    const { RedisStore } = await import('./stores/redis_store.js');
     const store = new RedisStore({
       url: config.redisUrl,
       keyPrefix: config.redisKeyPrefix,
@@ -136,7 +133,6 @@ async function openStore(): Promise<Store> {
     log.info({ url: redactUrl(config.redisUrl) }, 'store: redis');
     return store;
   }
-  const { FileStore } = await import('./stores/file_store.js');
   const dir = resolve(config.dataDir);
   try {
     // Takes the directory's lock: a second server on it stops here, before it listens.

@@ -1,4 +1,4 @@
-import { presenceColorPattern, presenceNameMaxLength } from '../schema/index.js';
+import { presenceColorPattern, presenceNameMaxLength } from '../schema/protocol.js';
 
 /// Who this browser is to the others: a name and a caret colour.
 export interface Identity {

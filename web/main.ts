@@ -1,4 +1,4 @@
-import { docIdPattern } from '../schema/index.js';
+import { docIdPattern } from '../schema/protocol.js';
 import { openEditor, type Editor } from './editor.js';
 import { loadIdentity, saveIdentity } from './identity.js';
 

@@ -1,5 +1,5 @@
 import type { CollabStatus } from '../client/index.js';
-import type { ErrorBody } from '../schema/index.js';
+import type { ErrorBody } from '../schema/protocol.js';
 
 /// What the status bar needs to know to describe the connection.
 export interface StatusInfo {

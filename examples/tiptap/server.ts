@@ -12,8 +12,8 @@ import {
   type Collab,
   type Store,
 } from '../../server/index.js';
-// In your app: `from 'scriptorium/schema'`.
-import { docIdPattern, errorBody, errors, type ErrorCode } from '../../schema/index.js';
+// In your app: `from 'scriptorium/protocol'`.
+import { docIdPattern, errorBody, errors, type ErrorCode } from '../../schema/protocol.js';
 import { schema } from './extensions.js';
 
 /// The host app of the example: its own http server (the page, its script, and a read-only

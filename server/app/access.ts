@@ -2,11 +2,10 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { MetricsWindow } from '../../metrics/index.js';
-import { docIdPattern } from '../../schema/index.js';
-import { CodedError } from '../core/rooms.js';
+import { docIdPattern } from '../../schema/events.js';
+import { CodedError, type Authenticate } from '../index.js';
 import { createTokenVerifier, type TokenVerifier } from '../protocol/auth.js';
 import { hostServed, originAllowed } from '../protocol/origins.js';
-import type { Authenticate } from '../protocol/socket.js';
 import type { Config } from '../config.js';
 import { sendError } from './http.js';
 

@@ -3,14 +3,18 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { Gauge } from 'prom-client';
 import { Server } from 'socket.io';
-import { createMetricsRegistry, MetricsRecorder } from '../../metrics/index.js';
 import type { Config } from '../config.js';
+import {
+  createCollab,
+  createMetricsRegistry,
+  MetricsRecorder,
+  type Collab,
+  type Store,
+} from '../index.js';
 import type { ScriptoriumServer } from '../protocol/socket.js';
+import { registerDocumentMetrics } from './document_metrics.js';
 import { createHttpApp, finishHttpApp } from './http.js';
 import { metricsRouter } from './metrics_http.js';
-import { registerRoomMetrics } from '../core/room_metrics.js';
-import type { Rooms } from '../core/rooms.js';
-import { createCollab, type Collab } from '../collab.js';
 import {
   docIdRedactor,
   documentReadGuard,
@@ -20,7 +24,6 @@ import {
   tokenAuthenticate,
   verifierFor,
 } from './access.js';
-import type { Store } from '../stores/store.js';
 import { createWebRouter } from './web.js';
 
 /// A running Scriptorium server: HTTP and Socket.io on one port.
@@ -29,7 +32,6 @@ export interface Scriptorium {
   readonly io: ScriptoriumServer;
   /// The embedded authority (what a host app would make with `createCollab`).
   readonly collab: Collab;
-  readonly rooms: Rooms;
   readonly metrics: MetricsRecorder;
   /// Starts listening; resolves with the bound port (useful with port 0).
   listen(): Promise<number>;
@@ -77,7 +79,7 @@ export function createScriptorium(
       { enabled: metricsEnabled },
       {
         editors: (): number => collab.editors,
-        documents: (): number => collab.rooms.size,
+        documents: (): number => collab.stats().documents,
         logger: log,
       },
     );
@@ -91,28 +93,15 @@ export function createScriptorium(
     authenticate: verifier ? tokenAuthenticate(verifier) : null,
   });
   const app = createHttpApp({
-    rooms: collab.rooms,
+    collab,
     storeKind: store.kind,
     nodeId,
-    draining: () => collab.draining,
-    sockets: () => collab.editors,
+    draining: () => closing !== null,
     healthCounts: !metricsToken,
     readGuard: verifier ? documentReadGuard(verifier) : openReadGuard(allowedOrigins),
-    notReady: async () => {
-      if (collab.draining) return 'shutting down';
-      if (!collab.rooms.leasesHealthy) return 'document leases cannot be renewed';
-      if (isPingable(store)) {
-        try {
-          await store.ping();
-        } catch {
-          return 'the store does not answer';
-        }
-      }
-      return null;
-    },
   });
   const registry = createMetricsRegistry(metrics);
-  registerRoomMetrics(registry, collab.rooms);
+  registerDocumentMetrics(registry, collab);
   // Which node this is, for dashboards over several nodes (each node is scraped on its own).
   new Gauge({
     name: 'scriptorium_node_info',
@@ -154,7 +143,6 @@ export function createScriptorium(
     http,
     io,
     collab,
-    rooms: collab.rooms,
     metrics,
     listen() {
       return new Promise((resolve, reject) => {
@@ -192,9 +180,4 @@ export function createScriptorium(
     ]);
     return saved;
   }
-}
-
-/// Stores that can be asked whether they answer (Redis, files).
-function isPingable(store: Store): store is Store & { ping(): Promise<void> } {
-  return typeof (store as { ping?: unknown }).ping === 'function';
 }

@@ -6,25 +6,22 @@ import express, {
   type Response,
 } from 'express';
 import helmet from 'helmet';
-import { docIdPattern, errorBody, type ErrorCode } from '../../schema/index.js';
-import { loadFailureCode } from '../protocol/guard.js';
-import type { Rooms } from '../core/rooms.js';
+import type { CodedError, Collab } from '../index.js';
+import { docIdPattern, errorBody, isErrorCode, type ErrorCode } from '../../schema/protocol.js';
 
 /// What the HTTP routes need to know about the server around them.
 export interface HttpContext {
-  rooms: Rooms;
+  /// The authority the routes read documents, counts and readiness from.
+  collab: Collab;
   storeKind: string;
   /// This node's id: every answer names it in `x-scriptorium-node`, so that an operator (and a
   /// test) can see which node behind a gateway served a request.
   nodeId: string;
+  /// True once the server is shutting down: `/healthz` answers `shutting-down` from then on.
   draining: () => boolean;
-  sockets: () => number;
   /// Whether `/healthz` shows the documents and sockets counts: not when a metrics token
   /// hides the same numbers on `/metrics` (`/healthz` is public, through the gateway too).
   healthCounts: boolean;
-  /// Why the server should not be sent traffic now (the store does not answer, leases cannot
-  /// be renewed, shutting down), or null when it is ready.
-  notReady: () => Promise<string | null>;
   /// Checks a `GET /docs/:id` request before it is answered (a bearer token); none: open.
   readGuard?: RequestHandler | null;
 }
@@ -115,23 +112,29 @@ export function createHttpApp(context: HttpContext): Express {
     next();
   });
 
+  const { collab } = context;
   app.get('/healthz', (_req, res) => {
     if (context.draining()) return sendError(res, 'shutting-down');
     if (!context.healthCounts) return res.json({ ok: true, store: context.storeKind });
+    const stats = collab.stats();
     res.json({
       ok: true,
       store: context.storeKind,
-      documents: context.rooms.size,
-      sockets: context.sockets(),
+      documents: stats.documents,
+      sockets: stats.editors,
     });
   });
 
   // Readiness, for load balancers and deploys: unlike /healthz (the process runs), it checks
   // what serving needs.
   app.get('/readyz', async (_req, res) => {
-    const reason = await context.notReady();
-    if (reason !== null) {
-      return sendError(res, context.draining() ? 'shutting-down' : 'unavailable', reason);
+    const health = await collab.health();
+    if (!health.ready) {
+      return sendError(
+        res,
+        health.draining ? 'shutting-down' : 'unavailable',
+        health.reason ?? undefined,
+      );
     }
     res.json({ ok: true });
   });
@@ -142,21 +145,16 @@ export function createHttpApp(context: HttpContext): Express {
     if (typeof id !== 'string' || !docIdPattern.test(id)) {
       return sendError(res, 'bad-document-id');
     }
-    let room;
+    let found;
     try {
-      room = await context.rooms.get(id, false);
+      found = await collab.document(id);
     } catch (err) {
-      // `moved` knows when the document is likely served (see `Rooms.acquire`).
-      const retryAfterMs = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-      return sendError(
-        res,
-        loadFailureCode(err),
-        undefined,
-        typeof retryAfterMs === 'number' ? retryAfterMs : undefined,
-      );
+      // A `CodedError`; `moved` knows when the document is likely served elsewhere.
+      const { code, retryAfterMs } = err as CodedError;
+      return sendError(res, isErrorCode(code) ? code : 'internal', undefined, retryAfterMs);
     }
-    if (!room) return sendError(res, 'not-found');
-    res.json({ version: room.publishedVersion, epoch: room.epoch, doc: room.publishedJSON() });
+    if (!found) return sendError(res, 'not-found');
+    res.json({ version: found.version, epoch: found.epoch, doc: found.doc.toJSON() });
   });
 
   return app;

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { docIdPattern } from '../../schema/index.js';
+import { docIdPattern } from '../../schema/events.js';
 import { maxUserLength, parseDuration, signToken } from '../protocol/auth.js';
 
 // `npm run -s token -- --doc ID --access write --ttl 1h [--user NAME]`: prints a token signed

@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import express, { type Response, type Router } from 'express';
-import { docIdPattern, errors } from '../../schema/index.js';
+import { docIdPattern } from '../../schema/events.js';
+import { errors } from '../../schema/errors.js';
 
 /// Options of `createWebRouter`.
 export interface WebRouterOptions {

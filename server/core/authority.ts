@@ -1,13 +1,9 @@
 import { Slice, type Node } from 'prosemirror-model';
 import { AttrStep, DocAttrStep, Step, type StepMap } from 'prosemirror-transform';
-import {
-  measureJson,
-  unlimitedJson,
-  nodeStats,
-  StepRebaser,
-  type DocRoom,
-  type StepJSON,
-} from '../../schema/index.js';
+import { measureJson, unlimitedJson } from '../../schema/json_limits.js';
+import { nodeStats } from '../../schema/doc_size.js';
+import { StepRebaser } from '../../schema/rebase.js';
+import { type DocRoom, type StepJSON } from '../../schema/events.js';
 import { checkChanged } from './doc_check.js';
 import { stepProblem } from './step_check.js';
 

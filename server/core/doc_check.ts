@@ -1,5 +1,5 @@
 import type { Node } from 'prosemirror-model';
-import { changedChildren, nodeStats, type ChangedChildren } from '../../schema/index.js';
+import { changedChildren, nodeStats, type ChangedChildren } from '../../schema/doc_size.js';
 
 // Read into locals at once by `walk`, before it recurses.
 const scratch: ChangedChildren = { start: 0, endNext: 0, endPrev: 0 };

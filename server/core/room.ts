@@ -1,18 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import type { Node } from 'prosemirror-model';
 import type { Logger } from 'pino';
+import { errorBody, type ErrorCode } from '../../schema/errors.js';
 import {
-  errorBody,
   type DocJSON,
   type DocRoom,
   type ErrorAnswer,
-  type ErrorCode,
   type StepJSON,
   type StepsAnswer,
   type StepsBroadcast,
   type SyncAnswer,
   type SyncRequest,
-} from '../../schema/index.js';
+} from '../../schema/events.js';
 import type { Authority } from './authority.js';
 import type { Lease, Snapshot, Store, StoredPosition } from '../stores/store.js';
 

@@ -2,7 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { Node, type Schema } from 'prosemirror-model';
 import { Step } from 'prosemirror-transform';
 import type { Logger } from 'pino';
-import { measureJson, nodeStats, type ErrorCode, type StepJSON } from '../../schema/index.js';
+import { measureJson } from '../../schema/json_limits.js';
+import { nodeStats } from '../../schema/doc_size.js';
+import { type ErrorCode } from '../../schema/errors.js';
+import { type StepJSON } from '../../schema/events.js';
 import { Authority, type AuthorityLimits } from './authority.js';
 import {
   leaseRetryMs,

@@ -1,4 +1,4 @@
-import type { StepJSON } from '../../schema/index.js';
+import type { StepJSON } from '../../schema/events.js';
 
 // What prosemirror-transform's `Step.fromJSON` checks is only that positions are numbers: it
 // takes 2.5, -3 or a `replace` with `from` after `to` (which inserts the range's content a

@@ -1,17 +1,15 @@
 import type { Logger } from 'pino';
+import { type JsonLimits } from '../../schema/json_limits.js';
 import {
-  type JsonLimits,
   clientIdPattern,
   docIdPattern,
-  errorBody,
-  isErrorCode,
   type BatchLimits,
   type ErrorAnswer,
-  type ErrorCode,
   type StepsAnswer,
   type SyncAnswer,
   type SyncRequest,
-} from '../../schema/index.js';
+} from '../../schema/events.js';
+import { errorBody, isErrorCode, type ErrorCode } from '../../schema/errors.js';
 import type { Admission } from './admission.js';
 import { eventName, guarded, handlerFailed, loadFailureCode, payloadGate } from './guard.js';
 import { dropIfSlow, sendAway, sweepSockets } from './outbound.js';

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import { measureJson, type JsonLimits, errorBody, type ErrorCode } from '../../schema/index.js';
+import { measureJson, type JsonLimits } from '../../schema/json_limits.js';
+import { errorBody, type ErrorCode } from '../../schema/errors.js';
 import type { ScriptoriumSocket } from './socket.js';
 import {
   CodedError,

@@ -1,4 +1,4 @@
-import type { ClosingNotice } from '../../schema/index.js';
+import type { ClosingNotice } from '../../schema/events.js';
 import type { ScriptoriumNamespace, ScriptoriumSocket } from './socket.js';
 
 // Socket.io has no per-socket count of bytes waiting to go out, and a reader that never reads

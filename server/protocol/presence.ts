@@ -2,7 +2,7 @@ import {
   presenceColorPattern,
   presenceNameMaxLength,
   type PresenceBroadcast,
-} from '../../schema/index.js';
+} from '../../schema/events.js';
 import type { Logger } from 'pino';
 import { hasExpired, roomOf, type ScriptoriumNamespace, type ScriptoriumSocket } from './socket.js';
 import { guarded } from './guard.js';

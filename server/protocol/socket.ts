@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Namespace, Server, Socket } from 'socket.io';
-import type { ClientToServerEvents, ServerToClientEvents } from '../../schema/index.js';
+import type { ClientToServerEvents, ServerToClientEvents } from '../../schema/events.js';
 import type { Room } from '../core/room.js';
 import type { TokenBucket } from './token_bucket.js';
 

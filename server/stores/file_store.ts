@@ -15,7 +15,7 @@ import {
 import { access, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { docIdPattern } from '../../schema/index.js';
+import { docIdPattern } from '../../schema/events.js';
 import { DirectoryLock, lockFileName } from './directory_lock.js';
 import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
 import {

@@ -1,4 +1,4 @@
-import type { DocJSON, StepJSON } from '../../schema/index.js';
+import type { DocJSON, StepJSON } from '../../schema/events.js';
 import type { JournalEntry, Snapshot } from './store.js';
 
 // Shared by the durable stores: how a journal entry and a snapshot are read back from raw

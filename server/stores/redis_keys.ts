@@ -1,4 +1,4 @@
-import { docIdPattern } from '../../schema/index.js';
+import { docIdPattern } from '../../schema/events.js';
 
 /// The Redis keys of one document. All three carry the document id as a `{hash tag}`, so they
 /// live in one Redis Cluster slot and one Lua script may touch them together.

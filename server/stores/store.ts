@@ -1,4 +1,4 @@
-import type { DocJSON, StepJSON } from '../../schema/index.js';
+import type { DocJSON, StepJSON } from '../../schema/events.js';
 
 /// A whole document as stored: written every N steps or T seconds, when the last editor
 /// leaves, and on shutdown. Loading starts from the newest snapshot and replays the journal.

@@ -10,7 +10,7 @@ import {
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { crc32 } from 'node:zlib';
-import { docIdPattern } from '../../schema/index.js';
+import { docIdPattern } from '../../schema/events.js';
 import { parseJournalEntry, parseLines } from './journal_entry.js';
 import type { JournalEntry } from './store.js';
 

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, BrowserContextOptions, Page } from 'playwright-core';
-import { schemaVersion, type DocJSON } from '../../schema/index.js';
+import { schemaVersion } from '../../schema/index.js';
+import { type DocJSON } from '../../schema/events.js';
 import { MemoryStore } from '../../server/stores/memory_store.js';
 import { launchChromium, requireWebBundle } from '../support/browser.js';
 import { startServer, type TestServer } from '../support/server.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { editorPage, launchChromium, requireWebBundle, waitStatus } from '../support/browser.js';
-import { nodeStats } from '../../schema/index.js';
+import { nodeStats } from '../../schema/doc_size.js';
 import { openEditor } from '../support/editors.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { waitFor } from '../support/wait.js';

@@ -2,13 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
 import type { Socket } from 'socket.io-client';
-import {
-  emptyDoc,
-  errors,
-  isErrorCode,
-  type StepsAnswer,
-  type SyncAnswer,
-} from '../../schema/index.js';
+import { emptyDoc } from '../../schema/index.js';
+import { errors, isErrorCode } from '../../schema/errors.js';
+import { type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 

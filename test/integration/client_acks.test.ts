@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
-import type { StepJSON } from '../../schema/index.js';
+import type { StepJSON } from '../../schema/events.js';
 import { openEditor } from '../support/editors.js';
 import { SlowStore } from '../support/slow_store.js';
 import { startServer } from '../support/server.js';

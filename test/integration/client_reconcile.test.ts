@@ -5,13 +5,8 @@ import { describe, it } from 'node:test';
 import { Server } from 'socket.io';
 import type { Node } from 'prosemirror-model';
 import { EditorState, TextSelection } from 'prosemirror-state';
-import {
-  emptyDoc,
-  schema,
-  type StepJSON,
-  type StepsAnswer,
-  type SyncAnswer,
-} from '../../schema/index.js';
+import { emptyDoc, schema } from '../../schema/index.js';
+import { type StepJSON, type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { openEditor } from '../support/editors.js';
 import { waitFor } from '../support/wait.js';
 

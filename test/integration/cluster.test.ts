@@ -6,7 +6,7 @@ import { createClient } from 'redis';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import type { CollabClient } from '../../client/index.js';
-import type { StepJSON } from '../../schema/index.js';
+import type { StepJSON } from '../../schema/events.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';
 import { freePortRange } from '../support/redis_process.js';

@@ -7,7 +7,8 @@ import { Transform } from 'prosemirror-transform';
 import { pino } from 'pino';
 import { Server } from 'socket.io';
 import { io as connect, Manager, type Socket } from 'socket.io-client';
-import { schema as builtIn, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { schema as builtIn } from '../../schema/index.js';
+import { type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import {
   CodedError,
   createCollab,
@@ -19,6 +20,7 @@ import {
   type CollabOptions,
   ConfigError,
 } from '../../server/index.js';
+import { roomsOf } from '../../server/collab.js';
 import { CollabClient } from '../../client/index.js';
 import { ask } from '../support/socket.js';
 import { deleteRedisKeys, redisForTests } from '../support/store_fixtures.js';
@@ -252,7 +254,7 @@ describe('createCollab in a host app', () => {
       const after = await Promise.race([
         ask<StepsAnswer>(sue, 'steps', {
           version: version + 1,
-          steps: typeAt(host.collab.rooms.peek('doc-d')!.publishedDoc, 'b'),
+          steps: typeAt(roomsOf(host.collab).peek('doc-d')!.publishedDoc, 'b'),
         }),
         closing.then((notice) => ({ ok: false as const, code: notice.code })),
       ]);
@@ -453,7 +455,7 @@ describe('createCollab in a host app', () => {
     try {
       const { doc, version } = await join(socket);
       for (let i = 0; i < 3; i++) {
-        const current = i === 0 ? doc : host.collab.rooms.peek('throwing-accept')!.publishedDoc;
+        const current = i === 0 ? doc : roomsOf(host.collab).peek('throwing-accept')!.publishedDoc;
         const answer = await ask<StepsAnswer>(socket, 'steps', {
           version: version + i,
           steps: typeAt(current, String(i)),
@@ -468,7 +470,7 @@ describe('createCollab in a host app', () => {
   it('calls onUnload when an idle document is dropped from memory', async () => {
     await host.collab.change('unloads', (tr) => void tr.insert(1, schema.text('x')));
     await waitFor(() => host.unloaded.includes('unloads'), 'onUnload');
-    assert.equal(host.collab.rooms.peek('unloads'), undefined);
+    assert.equal(roomsOf(host.collab).peek('unloads'), undefined);
   });
 });
 
@@ -494,8 +496,8 @@ describe('createCollab options', () => {
           id,
         );
       }
-      assert.equal(collab.rooms.quarantinedCount, 0);
-      assert.equal(collab.rooms.corruptLoads, 0);
+      assert.equal(collab.stats().quarantined, 0);
+      assert.equal(collab.stats().corruptLoads, 0);
       assert.deepEqual(errors, []);
     } finally {
       await collab.close();

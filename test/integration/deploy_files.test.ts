@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import { describe, it } from 'node:test';
 import { parse } from 'yaml';
 import { io } from 'socket.io-client';
-import type { SyncAnswer } from '../../schema/index.js';
+import type { SyncAnswer } from '../../schema/events.js';
 import { parseNodeList, renderNginxConfig } from '../../deploy/nginx.js';
 import { createTokenVerifier } from '../../server/protocol/auth.js';
 import { freePort } from '../support/redis_process.js';

@@ -8,13 +8,9 @@ import { Step } from 'prosemirror-transform';
 import type { Socket } from 'socket.io-client';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
-import {
-  errors,
-  isErrorCode,
-  schema,
-  type StepJSON,
-  type StepsBroadcast,
-} from '../../schema/index.js';
+import { errors, isErrorCode } from '../../schema/errors.js';
+import { schema } from '../../schema/index.js';
+import { type StepJSON, type StepsBroadcast } from '../../schema/events.js';
 import { noAdmissionEnv, readServed } from '../support/hostile.js';
 import { startServerProcess, type ServerProcess } from '../support/process.js';
 import { rawSocket } from '../support/socket.js';

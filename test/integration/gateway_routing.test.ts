@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { StepsAnswer, SyncAnswer } from '../../schema/index.js';
+import type { StepsAnswer, SyncAnswer } from '../../schema/events.js';
 import { renderNginxConfig } from '../../deploy/nginx.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import { noAdmissionLimits } from '../support/hostile.js';

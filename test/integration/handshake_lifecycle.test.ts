@@ -7,7 +7,8 @@ import { pino } from 'pino';
 import { Server } from 'socket.io';
 import { io as connect, type Socket } from 'socket.io-client';
 import { WebSocket } from 'ws';
-import { schema, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { schema } from '../../schema/index.js';
+import { type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import {
   CodedError,
   createCollab,
@@ -16,6 +17,7 @@ import {
   type Collab,
   type CollabLimits,
 } from '../../server/index.js';
+import { roomsOf } from '../../server/collab.js';
 import { CollabClient } from '../../client/index.js';
 import { SlowStore } from '../support/slow_store.js';
 import { ask } from '../support/socket.js';
@@ -427,12 +429,12 @@ describe('dropping rooms', () => {
       });
       assert.equal(typed.ok, true);
       first.socket!.close();
-      await waitFor(() => host.collab.rooms.peek('first')?.sockets === 0, 'the socket gone');
+      await waitFor(() => roomsOf(host.collab).peek('first')?.sockets === 0, 'the socket gone');
       const second = await attempt(host, 'second', 'w', 'will:write');
       assert.equal((await ask<SyncAnswer>(second.socket!, 'join', {})).ok, true);
       second.socket!.close();
       assert.deepEqual(host.unloaded, ['first']);
-      await waitFor(() => host.collab.rooms.peek('second')?.sockets === 0, 'the socket gone');
+      await waitFor(() => roomsOf(host.collab).peek('second')?.sockets === 0, 'the socket gone');
       assert.equal((await host.collab.document('first'))!.doc.textContent, 'one');
     },
   );
@@ -450,7 +452,7 @@ describe('dropping rooms', () => {
         version: joined.ok ? joined.version : 0,
         steps: typedStep(joined, 'a'),
       });
-      const first = host.collab.rooms.peek('D')!;
+      const first = roomsOf(host.collab).peek('D')!;
       writer.socket!.close();
       // The last socket left: a snapshot (till ~800 ms) and the unload timer (~400 ms), whose
       // unload waits for that snapshot and closes the room at ~800 ms. The visitor leaves at
@@ -462,9 +464,9 @@ describe('dropping rooms', () => {
       await waitFor(() => first.state === 'closed', 'the first room dropped', 5000);
       // Loaded again by a read, with no socket: it must unload when idle like any other.
       await host.collab.document('D');
-      const second = host.collab.rooms.peek('D')!;
+      const second = roomsOf(host.collab).peek('D')!;
       assert.notEqual(second, first);
-      await waitFor(() => host.collab.rooms.peek('D') === undefined, 'the idle unload', 5000);
+      await waitFor(() => roomsOf(host.collab).peek('D') === undefined, 'the idle unload', 5000);
     },
   );
 });

@@ -2,13 +2,8 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { createClient } from 'redis';
-import {
-  schema,
-  schemaVersion,
-  type ErrorAnswer,
-  type StepsAnswer,
-  type SyncAnswer,
-} from '../../schema/index.js';
+import { schema, schemaVersion } from '../../schema/index.js';
+import { type ErrorAnswer, type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { loadConfig } from '../../server/config.js';
 import {
   leaseRetryMs,

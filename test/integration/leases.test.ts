@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Transform } from 'prosemirror-transform';
 import type { Socket } from 'socket.io-client';
-import { schema, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { schema } from '../../schema/index.js';
+import { type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import type { Lease, LeaseStore } from '../../server/stores/store.js';
 import {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Socket } from 'socket.io-client';
-import type { PresenceBroadcast, PresenceUpdate, SyncAnswer } from '../../schema/index.js';
+import type { PresenceBroadcast, PresenceUpdate, SyncAnswer } from '../../schema/events.js';
 import { roomOf } from '../../server/protocol/socket.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { rawSocket } from '../support/socket.js';

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
-import { emptyDoc, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { emptyDoc } from '../../schema/index.js';
+import { type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 

@@ -3,12 +3,8 @@ import { after, before, describe, it } from 'node:test';
 import { createClient } from 'redis';
 import { Transform } from 'prosemirror-transform';
 import type { Socket } from 'socket.io-client';
-import {
-  schema,
-  type StepsAnswer,
-  type StepsBroadcast,
-  type SyncAnswer,
-} from '../../schema/index.js';
+import { schema } from '../../schema/index.js';
+import { type StepsAnswer, type StepsBroadcast, type SyncAnswer } from '../../schema/events.js';
 import { signToken } from '../../server/protocol/auth.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import { noAdmissionLimits } from '../support/hostile.js';

@@ -14,7 +14,8 @@ import { SlowStore } from '../support/slow_store.js';
 import { startServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 import { delay, waitFor } from '../support/wait.js';
-import { errors, type SyncAnswer } from '../../schema/index.js';
+import { errors } from '../../schema/errors.js';
+import { type SyncAnswer } from '../../schema/events.js';
 
 // What a room does when its store misbehaves around snapshots, unloads and repairs: the
 // process goes on, nothing waits for ever, and nothing acknowledged is left out of what the

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { Node } from 'prosemirror-model';
 import { findWrapping, Transform } from 'prosemirror-transform';
-import { errors, isErrorCode, schema, type DocJSON, type StepJSON } from '../../schema/index.js';
+import { errors, isErrorCode } from '../../schema/errors.js';
+import { schema } from '../../schema/index.js';
+import { type DocJSON, type StepJSON } from '../../schema/events.js';
 import type { Config } from '../../server/config.js';
 
 // Shared by the hostile-input tests: limits that keep admission control (rate limits,

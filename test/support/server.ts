@@ -1,13 +1,16 @@
 import { pino } from 'pino';
 import { MetricsRecorder } from '../../metrics/index.js';
 import { createScriptorium, type Scriptorium } from '../../server/app/app.js';
+import { roomsOf } from '../../server/collab.js';
+import type { Rooms } from '../../server/core/rooms.js';
 import { loadConfig, type Config } from '../../server/config.js';
 import { MemoryStore } from '../../server/stores/memory_store.js';
 import type { Store } from '../../server/stores/store.js';
 
 /// A real server on 127.0.0.1 and a free port, for integration tests.
 export interface TestServer {
-  server: Scriptorium;
+  /// The server, with its document registry (`roomsOf`) for tests that read a room's state.
+  server: Scriptorium & { readonly rooms: Rooms };
   store: Store;
   url: string;
   port: number;
@@ -23,7 +26,8 @@ export async function startServer(
 ): Promise<TestServer> {
   const config = loadConfig({ host: '127.0.0.1', port: 0, ...overrides });
   const log = pino({ level: process.env['TEST_LOG_LEVEL'] ?? 'silent' });
-  const server = createScriptorium(config, metrics ? { store, log, metrics } : { store, log });
+  const app = createScriptorium(config, metrics ? { store, log, metrics } : { store, log });
+  const server = Object.assign(app, { rooms: roomsOf(app.collab) });
   const port = await server.listen();
   return {
     server,
@@ -57,7 +61,7 @@ export async function startServerWithFakeClock(startMs: number): Promise<
       // The hooks the server gives its own recorder (server/app/app.ts), so that what the
       // tests read of editors and documents is what production reports.
       editors: () => server?.server.collab.editors ?? 0,
-      documents: () => server?.server.collab.rooms.size ?? 0,
+      documents: () => server?.server.collab.stats().documents ?? 0,
     },
   );
   server = await startServer({}, undefined, metrics);

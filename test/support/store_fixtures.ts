@@ -3,7 +3,8 @@ import { createClient } from 'redis';
 import assert from 'node:assert/strict';
 import { Node } from 'prosemirror-model';
 import { Step, Transform } from 'prosemirror-transform';
-import { emptyDoc, schema, schemaVersion, type StepJSON } from '../../schema/index.js';
+import { emptyDoc, schema, schemaVersion } from '../../schema/index.js';
+import { type StepJSON } from '../../schema/events.js';
 import type { AppendRequest, Snapshot, StoredDocument } from '../../server/stores/store.js';
 
 /// A typed history: `docs[v]` is the document at version `v`, `steps[v]` the step from `v` to

@@ -5,7 +5,8 @@ import { EditorState } from 'prosemirror-state';
 import { AttrStep, Step } from 'prosemirror-transform';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
-import { emptyDoc, schema, type StepJSON } from '../../schema/index.js';
+import { emptyDoc, schema } from '../../schema/index.js';
+import { type StepJSON } from '../../schema/events.js';
 import { Authority } from '../../server/core/authority.js';
 
 // prosemirror-collab's rule: only batches at the current version are accepted.

@@ -8,7 +8,8 @@ import type { Step, StepMap } from 'prosemirror-transform';
 import { differenceMap } from '../../client/diff/doc_diff.js';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
-import { emptyDoc, rebaseSteps, schema } from '../../schema/index.js';
+import { emptyDoc, schema } from '../../schema/index.js';
+import { rebaseSteps } from '../../schema/rebase.js';
 
 // How the client reconstructs the change between the document it knew and the one a
 // whole-document catch-up brings: the places that differ, and nothing more.

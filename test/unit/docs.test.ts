@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
-import { errors } from '../../schema/index.js';
+import { errors } from '../../schema/errors.js';
 
 // The wire protocol's document says it is enough to write a client in another language:
 // it must name every error code a client can receive and every HTTP route the server has.

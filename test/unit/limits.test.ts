@@ -4,17 +4,11 @@ import fc from 'fast-check';
 import { EditorState } from 'prosemirror-state';
 import { Random } from '../../client-sim/random.js';
 import { randomEdit } from '../../client-sim/workload.js';
-import {
-  measureJson,
-  unlimitedJson,
-  emptyDoc,
-  isSafeImageUrl,
-  isSafeLinkUrl,
-  schema,
-  type StepJSON,
-  nodeStats,
-  bytesDelta,
-} from '../../schema/index.js';
+import { measureJson, unlimitedJson } from '../../schema/json_limits.js';
+import { emptyDoc, schema } from '../../schema/index.js';
+import { isSafeImageUrl, isSafeLinkUrl } from '../../schema/url.js';
+import { type StepJSON } from '../../schema/events.js';
+import { nodeStats, bytesDelta } from '../../schema/doc_size.js';
 import { Authority } from '../../server/core/authority.js';
 import { checkChanged } from '../../server/core/doc_check.js';
 import { stepProblem } from '../../server/core/step_check.js';

@@ -1,14 +1,14 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { Rooms } from './rooms.js';
+import type { Collab } from '../index.js';
 
-/// Adds the health of the document registry to `registry`, read from `rooms` when scraped:
+/// Adds the health of the documents to `registry`, read from `collab.stats()` when scraped:
 /// - `scriptorium_documents_quarantined`: documents refused as `corrupt` right now;
 /// - `scriptorium_document_corrupt_loads_total`: loads that found damaged stored data;
 /// - `scriptorium_room_failures_total`: rooms closed because serving them threw.
 /// An operator alerts on the last two: each is a document its editors cannot use.
-export function registerRoomMetrics(
+export function registerDocumentMetrics(
   registry: Registry,
-  rooms: Rooms,
+  collab: Collab,
   prefix = 'scriptorium_',
 ): void {
   new Gauge({
@@ -16,7 +16,7 @@ export function registerRoomMetrics(
     help: 'Documents whose stored data cannot be loaded, refused as corrupt',
     registers: [registry],
     collect() {
-      this.set(rooms.quarantinedCount);
+      this.set(collab.stats().quarantined);
     },
   });
   new Counter({
@@ -25,7 +25,7 @@ export function registerRoomMetrics(
     registers: [registry],
     collect() {
       this.reset();
-      this.inc(rooms.corruptLoads);
+      this.inc(collab.stats().corruptLoads);
     },
   });
   new Counter({
@@ -34,7 +34,7 @@ export function registerRoomMetrics(
     registers: [registry],
     collect() {
       this.reset();
-      this.inc(rooms.roomFailures);
+      this.inc(collab.stats().roomFailures);
     },
   });
 }
