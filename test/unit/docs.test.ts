@@ -4,6 +4,7 @@ import { dirname, join, normalize } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import { errors } from '../../schema/errors.js';
+import { settingRows, type Setting } from '../../server/settings.js';
 
 // The wire protocol's document says it is enough to write a client in another language:
 // it must name every error code a client can receive and every HTTP route the server has.
@@ -106,5 +107,52 @@ describe('the README and the reference', () => {
         }
       }
     }
+  });
+});
+
+/// The cells of a markdown table row, trimmed (`| a | b |` → `['a', 'b']`).
+function cells(row: string): string[] {
+  return row
+    .split('|')
+    .slice(1, -1)
+    .map((cell) => cell.trim());
+}
+
+/// The row docs/configuration.md should have for a setting: every cell but the meaning.
+function expectedCells(option: string, row: Setting<unknown>): string[] {
+  const shown = row.shown === '—' || row.shown === 'host name' ? row.shown : `\`${row.shown}\``;
+  const range = row.range ? `${row.range[0]}–${row.range[1]}` : '—';
+  return [`\`${row.env}\``, `\`${option}\``, shown, range, row.scope];
+}
+
+describe('the configuration reference', () => {
+  const page = read('docs/configuration.md');
+  const table = page
+    .split('\n')
+    .filter((line) => line.startsWith('| `'))
+    .map(cells);
+
+  it('docs/configuration.md lists every setting of server/settings.ts, in order, and no other', () => {
+    assert.deepEqual(
+      table.map((row) => row[0]),
+      settingRows.map(([, row]) => `\`${row.env}\``),
+    );
+  });
+
+  it('gives each setting its option name, default, range and scope, and a meaning', () => {
+    for (const [index, [option, row]] of settingRows.entries()) {
+      const expected = expectedCells(option, row);
+      const found = table[index] ?? [];
+      assert.deepEqual(
+        found.slice(0, expected.length),
+        expected,
+        `the line of ${row.env} should start | ${expected.join(' | ')} |`,
+      );
+      assert.ok((found[expected.length] ?? '') !== '', `a meaning for ${row.env}`);
+    }
+  });
+
+  it('the README links to it', () => {
+    assert.match(read('README.md'), /\]\(docs\/configuration\.md\)/);
   });
 });
