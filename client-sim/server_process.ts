@@ -111,7 +111,7 @@ export function parseEnvPairs(
     if (!Object.hasOwn(environment, key) && !processVariables.includes(key)) {
       const near = closestSetting(key);
       throw new Error(
-        `${option}: the server reads no ${key}${near ? ` (did you mean ${near}?)` : ''}; its settings are listed in server/config.ts (environment) and README.md`,
+        `${option}: the server reads no ${key}${near ? ` (did you mean ${near}?)` : ''}; its settings are listed in server/settings.ts and docs/configuration.md`,
       );
     }
     env[key] = pair.slice(at + 1);

@@ -405,7 +405,7 @@ describe('client-sim: options and a missing server', () => {
       (err: Error) => {
         assert.equal(
           err.message,
-          '--server-env: the server reads no MAX_REBASE_STEP (did you mean MAX_REBASE_STEPS?); its settings are listed in server/config.ts (environment) and README.md',
+          '--server-env: the server reads no MAX_REBASE_STEP (did you mean MAX_REBASE_STEPS?); its settings are listed in server/settings.ts and docs/configuration.md',
         );
         return true;
       },

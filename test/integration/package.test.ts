@@ -137,10 +137,29 @@ describe('the packed package in a host app', () => {
     }
   });
 
-  it('ships types for each entry point', async () => {
-    for (const entry of ['server', 'client', 'schema']) {
-      await stat(join(hostDir, 'node_modules', 'scriptorium', 'dist', entry, 'index.d.ts'));
+  it('ships types and code for each entry point', async () => {
+    const installed = join(hostDir, 'node_modules', 'scriptorium');
+    const { exports } = JSON.parse(await readFile(join(installed, 'package.json'), 'utf8')) as {
+      exports: Record<string, { types: string; default: string } | string>;
+    };
+    for (const [entry, target] of Object.entries(exports)) {
+      if (typeof target === 'string') continue;
+      await stat(join(installed, target.types));
+      await stat(join(installed, target.default));
+      assert.ok(entry === '.' || entry.startsWith('./'), entry);
     }
+    assert.ok('./protocol' in exports, 'the protocol entry');
+    // The host resolves the protocol entry by its package name.
+    const { stdout } = await run(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        "const { errors } = await import('scriptorium/protocol'); console.log(Object.keys(errors).length > 0)",
+      ],
+      { cwd: hostDir },
+    );
+    assert.equal(stdout.trim(), 'true');
   });
 
   it('refuses a client without the token; four editors with the host schema converge; onAccepted saw every step; change reaches the editors', async () => {

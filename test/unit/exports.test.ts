@@ -61,7 +61,7 @@ const entries: Record<string, { values: string[]; types: string[] }> = {
     ],
   },
   './schema': {
-    values: ['emptyDoc', 'schema', 'schemaVersion'],
+    values: ['emptyDoc', 'isSafeImageUrl', 'isSafeLinkUrl', 'schema', 'schemaVersion'],
     types: [],
   },
   './protocol': {
