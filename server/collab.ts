@@ -8,6 +8,7 @@ import { errorBody, isErrorCode, type ErrorCode } from '../schema/errors.js';
 import { schema as builtInSchema, schemaVersion as builtInSchemaVersion } from '../schema/index.js';
 import { MetricsRecorder } from '../metrics/index.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
+import { healthOf, statsOf, type CollabHealth, type CollabStats } from './collab_health.js';
 import { processSettings, type LimitSettings } from './settings.js';
 import type { AcceptedBatch, RoomHooks, RoomTransport } from './core/room.js';
 import { CodedError, Rooms } from './core/rooms.js';
@@ -134,36 +135,6 @@ export interface Collab {
   health(): Promise<CollabHealth>;
 }
 
-/// `Collab.stats()`: counts read when called.
-export interface CollabStats {
-  /// Documents held in memory.
-  documents: number;
-  /// Connected editors (sockets), over every attached namespace.
-  editors: number;
-  /// Documents refused as `corrupt` right now (quarantined).
-  quarantined: number;
-  /// Loads that found damaged stored data, since start.
-  corruptLoads: number;
-  /// Documents closed because serving them threw, since start; their editors reloaded.
-  roomFailures: number;
-}
-
-/// `Collab.health()`: `ready` is false when any of the others says so, and `reason` says why.
-export interface CollabHealth {
-  ready: boolean;
-  /// Why it should not be sent traffic now (the first of: shutting down, leases cannot be
-  /// renewed, the store does not answer), or null when ready.
-  reason: string | null;
-  /// True once `close` was called.
-  draining: boolean;
-  /// False while document lease renewals or this node's heartbeats fail (a shared store such
-  /// as Redis cannot be reached); always true for a store without leases.
-  leases: boolean;
-  /// Whether the store answered a ping; null when it was not asked (it has no `ping`, or one
-  /// of the checks above already failed).
-  store: boolean | null;
-}
-
 /// Every option `createCollab` takes. A Record over the interface's keys, so the compiler
 /// keeps it complete and exact when an option is added.
 const optionNames: Record<keyof CollabOptions, true> = {
@@ -276,30 +247,10 @@ export function createCollab(options: CollabOptions = {}): Collab {
       return editors();
     },
     stats() {
-      return {
-        documents: rooms.size,
-        editors: editors(),
-        quarantined: rooms.quarantinedCount,
-        corruptLoads: rooms.corruptLoads,
-        roomFailures: rooms.roomFailures,
-      };
+      return statsOf(rooms, editors());
     },
-    async health() {
-      const leases = rooms.leasesHealthy;
-      let storeAnswered: boolean | null = null;
-      let reason: string | null = null;
-      if (draining) reason = 'shutting down';
-      else if (!leases) reason = 'document leases cannot be renewed';
-      else if (isPingable(store)) {
-        try {
-          await store.ping();
-          storeAnswered = true;
-        } catch {
-          storeAnswered = false;
-          reason = 'the store does not answer';
-        }
-      }
-      return { ready: reason === null, reason, draining, leases, store: storeAnswered };
+    health() {
+      return healthOf(rooms, store, draining);
     },
     attach(io, attachOptions = {}) {
       if (draining) throw new Error('this collab is closed');
@@ -469,11 +420,6 @@ export function roomsOf(collab: Collab): Rooms {
   const rooms = registries.get(collab);
   if (!rooms) throw new TypeError('not a collab made by createCollab');
   return rooms;
-}
-
-/// Stores that can be asked whether they answer (Redis, files).
-function isPingable(store: Store): store is Store & { ping(): Promise<void> } {
-  return typeof (store as { ping?: unknown }).ping === 'function';
 }
 
 /// The rooms' hooks: the host's, each behind a wrapper, so that what a host's hook throws or

@@ -7,12 +7,11 @@ export {
   type AcceptedEvent,
   type AttachOptions,
   type Collab,
-  type CollabHealth,
   type CollabLimits,
   type CollabOptions,
-  type CollabStats,
   type DocumentEvent,
 } from './collab.js';
+export type { CollabHealth, CollabStats } from './collab_health.js';
 export { ConfigError } from './config.js';
 export { defaultLimits } from './settings.js';
 export { CodedError } from './core/rooms.js';

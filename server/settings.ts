@@ -173,9 +173,8 @@ export const settings = {
     'limit',
     "a document's size in bytes of JSON, checked after every step (`too-large`)",
   ),
-  /// Deepest document: nodes inside nodes, counting the top node as depth 0. Past a few
-  /// hundred levels prosemirror-model's recursive toJSON/fromJSON/check could overflow the
-  /// stack: the range keeps every recursion over a document far from it.
+  /// Deepest document, the top node at depth 0. The range keeps prosemirror-model's recursive
+  /// toJSON/fromJSON/check far from overflowing the stack (a few hundred levels).
   maxDocDepth: whole(
     'MAX_DOC_DEPTH',
     48,
@@ -298,11 +297,8 @@ export const settings = {
     'malformed messages one socket may send in a burst before it is closed (`too-many-errors`)',
   ),
   /// How often one counted malformed message is forgiven (a leaky bucket, on the monotonic
-  /// clock): occasional refusals spread over a long session never add up to a close. A
-  /// minute: refusals an honest client cannot foresee (a paste refused for a reason the client
-  /// could not check) are far rarer than one a minute, while a socket that paces malformed
-  /// messages to stay open is held to one a minute. Below a tenth of a second, a socket could
-  /// send ten malformed messages a second for ever.
+  /// clock). A minute: refusals an honest client cannot foresee are far rarer, and a socket
+  /// pacing malformed messages to stay open is held to one a minute (at 100 ms, ten a second).
   protocolErrorForgiveMs: whole(
     'PROTOCOL_ERROR_FORGIVE_MS',
     60_000,
@@ -391,8 +387,7 @@ export const settings = {
     'limit',
     "document lease time with Redis: a dead node's documents are served elsewhere after at most this long",
   ),
-  /// The HS256 secret tokens are signed with, and/or a PEM public key for RS256, ES256 or
-  /// EdDSA tokens. Neither: open mode.
+  /// The HS256 secret and/or the PEM public key (RS256, ES256, EdDSA) of tokens; neither: open.
   authSecret: optional(
     'AUTH_SECRET',
     'process',
@@ -426,9 +421,8 @@ export const settings = {
     '`off`: open mode on purpose (needed with `NODE_ENV=production` and no key)',
     '—',
   ),
-  /// `production` refuses to start in open mode unless `auth` is `off`. One of
-  /// `nodeEnvironments`: any other value (`prod`, `Production`) is refused rather than taken
-  /// for not-production, which would turn that guard off.
+  /// `production` refuses open mode unless `auth` is `off`; any value but `nodeEnvironments`'
+  /// (`prod`, `Production`) is refused, not taken for not-production, which would skip that.
   nodeEnv: text(
     'NODE_ENV',
     'development',
@@ -454,8 +448,7 @@ export const settings = {
     'process',
     'bearer token (16 characters at least) `/metrics` and `/metrics/windows` require',
   ),
-  /// Whether document ids appear in metrics output; otherwise each is shown as a label that
-  /// stays the same while the process runs but cannot be reversed.
+  /// Whether metrics show document ids, or for each a label stable in the process, not reversible.
   metricsDocIds: toggle('METRICS_DOC_IDS', false, 'process', '`on` shows document ids in metrics'),
   metricsEnabled: toggle('METRICS', true, 'process', '`off` disables latency recording'),
   logLevel: choice(

@@ -528,6 +528,44 @@ describe('createCollab options', () => {
     }
   });
 
+  it('stats() counts documents and editors; health() is ready until close(), then says why not', async () => {
+    const host = await startHost('/collab');
+    let closed = false;
+    try {
+      assert.deepEqual(host.collab.stats(), {
+        documents: 0,
+        editors: 0,
+        quarantined: 0,
+        corruptLoads: 0,
+        roomFailures: 0,
+      });
+      assert.deepEqual(await host.collab.health(), {
+        ready: true,
+        reason: null,
+        draining: false,
+        leases: true,
+        store: null,
+      });
+      const socket = await open(host, 'stats-doc', 'c-stats', 'alice', '/collab');
+      await join(socket);
+      assert.equal(host.collab.stats().documents, 1);
+      assert.equal(host.collab.stats().editors, 1);
+      const closing = host.close();
+      closed = true;
+      assert.deepEqual(await host.collab.health(), {
+        ready: false,
+        reason: 'shutting down',
+        draining: true,
+        leases: true,
+        store: null,
+      });
+      await closing;
+      socket.close();
+    } finally {
+      if (!closed) await host.close();
+    }
+  });
+
   it('refuses settings that are not limits, and invalid limits', () => {
     assert.throws(() => createCollab({ limits: { port: 1 } as never }), /not a limit/);
     assert.throws(
