@@ -7,7 +7,7 @@ import { Transform } from 'prosemirror-transform';
 import { createClient } from 'redis';
 import { schema, schemaVersion } from '../schema/index.js';
 import { type StepJSON } from '../schema/events.js';
-import { FileStore } from '../server/stores/file_store.js';
+import { FileStore } from '../server/stores/file/file_store.js';
 import { RedisStore } from '../server/stores/redis_store.js';
 import type { AppendRequest, Store } from '../server/stores/store.js';
 

@@ -17,7 +17,7 @@ export { defaultLimits } from './settings.js';
 export { CodedError } from './core/rooms.js';
 export type { Authenticate, AuthenticateContext, Identity } from './protocol/socket.js';
 export { MemoryStore } from './stores/memory_store.js';
-export { FileStore } from './stores/file_store.js';
+export { FileStore } from './stores/file/file_store.js';
 export { RedisStore } from './stores/redis_store.js';
 export type { Store, StoredDocument, Snapshot, JournalEntry } from './stores/store.js';
 export { MetricsRecorder, createMetricsRegistry, type MetricsWindow } from '../metrics/index.js';

@@ -8,7 +8,7 @@ import { Step } from 'prosemirror-transform';
 import type { CollabClient, CollabClientOptions } from '../../client/index.js';
 import { emptyDoc, schema } from '../../schema/index.js';
 import { type StepJSON } from '../../schema/events.js';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore } from '../../server/stores/file/file_store.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import type { Store } from '../../server/stores/store.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../support/editors.js';

@@ -12,7 +12,7 @@ import { errors, isErrorCode, type ErrorCode } from '../../schema/errors.js';
 import { schema } from '../../schema/index.js';
 import { type StepJSON } from '../../schema/events.js';
 import { defaults, type Config } from '../../server/config.js';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore } from '../../server/stores/file/file_store.js';
 import { openEditor } from '../support/editors.js';
 import {
   assertCoded,

@@ -22,8 +22,8 @@ import {
   lockFileName,
   lockRefreshMs,
   lockStaleAfterMs,
-} from '../../server/stores/directory_lock.js';
-import { FileStore } from '../../server/stores/file_store.js';
+} from '../../server/stores/file/directory_lock.js';
+import { FileStore } from '../../server/stores/file/file_store.js';
 import { StoreUnavailableError } from '../../server/stores/store.js';
 import { releaseReader, releaseWriter, wedge } from '../support/fifo.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';

@@ -8,7 +8,7 @@ import { Transform } from 'prosemirror-transform';
 import { createClient } from 'redis';
 import { emptyDoc, schema, schemaVersion } from '../../schema/index.js';
 import { type StepJSON } from '../../schema/events.js';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore } from '../../server/stores/file/file_store.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import type { Store } from '../../server/stores/store.js';
@@ -389,7 +389,7 @@ async function writeControl(store: Store, docId: string): Promise<void> {
   assert.equal(outcome.ok, true);
 }
 
-/// The file store's paths for `docId`, as server/stores/file_store.ts names them.
+/// The file store's paths for `docId`, as server/stores/file/doc_files.ts names them.
 function filePaths(
   dataDir: string,
   docId: string,

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createClient } from 'redis';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore } from '../../server/stores/file/file_store.js';
 import { MemoryStore } from '../../server/stores/memory_store.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import type { Store } from '../../server/stores/store.js';

@@ -1,6 +1,6 @@
 import { mkdir, readdir, rename } from 'node:fs/promises';
 import { join } from 'node:path';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore } from '../../server/stores/file/file_store.js';
 import { appendOf, typingHistory } from './store_fixtures.js';
 import { delay } from './wait.js';
 

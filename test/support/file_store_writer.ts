@@ -1,5 +1,5 @@
 import { readdir } from 'node:fs/promises';
-import { FileStore } from '../../server/stores/file_store.js';
+import { FileStore } from '../../server/stores/file/file_store.js';
 import { appendOf, typingHistory } from './store_fixtures.js';
 import { delay } from './wait.js';
 

@@ -1,28 +1,20 @@
-import {
-  closeSync,
-  constants,
-  fsyncSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  unlinkSync,
-} from 'node:fs';
+import { constants, readdirSync, readFileSync, unlinkSync } from 'node:fs';
 import { open, unlink, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { crc32 } from 'node:zlib';
-import { docIdPattern } from '../../schema/events.js';
-import { parseJournalEntry, parseLines } from './journal_entry.js';
-import type { JournalEntry } from './store.js';
+import { syncDirectory, syncDirectorySync } from './durable_write.js';
+import {
+  frameRound,
+  logFileName,
+  logLine,
+  logPath,
+  readLogFile,
+  type LogRecord,
+} from './log_format.js';
 
-/// One record of the shared log: a journal entry and the document (and epoch) it extends.
-export interface LogRecord {
-  docId: string;
-  epoch: string;
-  entry: JournalEntry;
-}
+export type { LogRecord } from './log_format.js';
 
 /// What a directory's log files held when the store opened: their records, oldest first,
-/// and the generation the next file takes.
+/// the files, and the generation the next file takes.
 export interface RecoveredLog {
   records: LogRecord[];
   files: string[];
@@ -34,8 +26,6 @@ interface Commit {
   resolve: () => void;
   reject: (error: unknown) => void;
 }
-
-const fileName = /^log\.(\d{1,15})\.wal$/;
 
 /// With O_DSYNC each write returns once its data (and the file size) is on disk: a write and
 /// an fdatasync in one system call, so one trip through libuv's thread pool per round instead
@@ -50,35 +40,13 @@ const openFlags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | (d
 /// How far ahead of its rounds a log file is filled with zeros, by default (see `aheadBytes`).
 export const defaultZeroAheadBytes = 2 * 1024 * 1024;
 
-/// The write-ahead log the file store shares between all its documents: every accepted append
-/// of every document goes into one file, and every commit gathered while the previous one was
-/// being written (or within one turn) shares one write and one `fdatasync`. Twenty busy
-/// documents thus cost one disk flush per round instead of twenty; the documents' own journal
-/// files are brought up to date later, in a checkpoint, and the log files it covers deleted.
-/// The entries of documents whose checkpoint failed are first written again, to a generation
-/// the checkpoint's rotation kept free (`writeCarried`), so that one document whose journal
-/// cannot be written holds back its own entries only, not every file of the log.
-///
-/// Each round is framed: a header line `#<bytes> <crc32>` and then that many bytes of record
-/// lines (`round`). Reading a file back (`recover`), a round cut short by the end of the file
-/// is a write that never completed, so none of it was acknowledged, and it is dropped; a round
-/// whose checksum does not match stops the open. Without the checksum a changed digit inside a
-/// step would still parse, and replay would write a step nobody made into the document.
-///
-/// A round that extends its file makes its sync record the new size as well: on ext4 a commit
-/// of the file system's journal behind every such write, which on a busy machine waits for a
-/// core (about twice the latency and a quarter more CPU per round than a write over bytes the
-/// file already has). So the file is filled with zeros ahead of the rounds, `aheadBytes` at a
-/// time and beside them (what PostgreSQL does with its WAL segments), and the rounds overwrite
-/// them. The log's end is then where the zeros begin: JSON never holds a zero byte, so a round
-/// with one is a write that never completed (a crash leaves whichever of its pages reached the
-/// disk), dropped like a round cut short, provided no whole round follows it; any damage
-/// before a whole round stops the open, since that round's commits were acknowledged after it.
-///
-/// A failed write or sync leaves the file's tail unknown (a torn round, or a round that reached
-/// the disk although its commit was refused). The log then moves on to a new file, so a torn
-/// round can only ever be the last of its file; a refused round that did land is superseded on
-/// replay by the later record at the same base version (see `FileStore`).
+/// The write-ahead log the file store shares between all its documents (docs/file-store.md,
+/// "The write-ahead log"): every accepted append of every document goes into one file, and
+/// every commit gathered while the previous one was being written (or within one turn) shares
+/// one write and one `fdatasync`. Each such round is framed with its length and CRC-32. The
+/// file is filled with zeros ahead of the rounds, so that a round's sync changes no metadata.
+/// A failed write or sync leaves the file's tail unknown, so the log moves on to a new file:
+/// a torn round is only ever the last of its file.
 export class WriteAheadLog {
   private readonly dir: string;
   private generationNumber: number;
@@ -111,7 +79,7 @@ export class WriteAheadLog {
   /// `aheadBytes`: how many zeros to write ahead of the rounds at a time (once a file has less
   /// than half of that left ahead of its end); 0 to have every round extend the file.
   /// `onFailure` is told of every failed round, after the log has moved on to a new file (see
-  /// `FileStore`).
+  /// `Checkpointer.logWriteFailed`).
   constructor(
     dir: string,
     generation: number,
@@ -134,33 +102,25 @@ export class WriteAheadLog {
     return this.bytesWritten;
   }
 
+  /// The log file of `generation` in `dir`.
   static path(dir: string, generation: number): string {
-    return join(dir, `log.${String(generation).padStart(8, '0')}.wal`);
+    return logPath(dir, generation);
   }
 
   /// Reads every log file in `dir` (synchronously: the store does this once, when it opens).
   /// A round cut short by the end of its file, from a crash or a failed write, is dropped; a
   /// round whose checksum does not match, or any other damage, throws a `TypeError` naming the
-  /// file and offset, since it may hold acknowledged steps. Files written before rounds were
-  /// framed (lines only) are read as they were: a torn last line is dropped.
+  /// file and offset, since it may hold acknowledged steps (see `readLogFile`).
   static recover(dir: string): RecoveredLog {
     const found: { generation: number; path: string }[] = [];
     for (const name of readdirSync(dir)) {
-      const match = fileName.exec(name);
+      const match = logFileName.exec(name);
       if (match) found.push({ generation: Number(match[1]), path: join(dir, name) });
     }
     found.sort((a, b) => a.generation - b.generation);
     const records: LogRecord[] = [];
     for (const { path } of found) {
-      const bytes = readFileSync(path);
-      if (bytes.length > 0 && bytes[0] !== hash && bytes[0] !== zero) {
-        const text = bytes.toString('utf8');
-        const complete = text.lastIndexOf('\n') + 1;
-        for (const record of parseLines(text, complete, parseRecord, 'write-ahead log', path))
-          records.push(record);
-        continue;
-      }
-      for (const record of readRounds(bytes, path)) records.push(record);
+      for (const record of readLogFile(readFileSync(path), path)) records.push(record);
     }
     const last = found[found.length - 1];
     return {
@@ -170,15 +130,9 @@ export class WriteAheadLog {
     };
   }
 
-  /// One framed round of the log holding `lines` (whole lines): the header line, then the
-  /// lines' bytes.
+  /// One framed round of the log holding `lines` (whole lines).
   static round(lines: string): Buffer {
-    const body = Buffer.from(lines, 'utf8');
-    const header = `#${body.length} ${crc32(body).toString(16).padStart(8, '0')}\n`;
-    const round = Buffer.allocUnsafe(header.length + body.length);
-    round.write(header, 0, 'latin1');
-    body.copy(round, header.length);
-    return round;
+    return frameRound(lines);
   }
 
   /// Deletes the given log files and makes that durable (synchronously, at open).
@@ -188,10 +142,9 @@ export class WriteAheadLog {
     syncDirectorySync(dir);
   }
 
-  /// One line of the log for an entry already serialized as `entryJSON` (an object literal):
-  /// the document's id and epoch are spliced in front, so the steps are stringified once.
+  /// One line of the log for an entry already serialized as `entryJSON` (an object literal).
   static line(docId: string, epoch: string, entryJSON: string): string {
-    return `{"docId":${JSON.stringify(docId)},"epoch":${JSON.stringify(epoch)},${entryJSON.slice(1)}\n`;
+    return logLine(docId, epoch, entryJSON);
   }
 
   /// Appends `text` (whole lines) and resolves once it is on disk. Commits made while a write
@@ -410,102 +363,4 @@ let zeros: Buffer | null = null;
 function zeroBuffer(size: number): Buffer {
   if (!zeros || zeros.length !== size) zeros = Buffer.alloc(size);
   return zeros;
-}
-
-const hash = 0x23; // '#', which starts a round's header; a record line starts with '{'.
-const newline = 0x0a;
-const zero = 0x00; // never in a round: what the file holds where no round was written
-const roundHeader = /^#(\d{1,10}) ([0-9a-f]{8})$/;
-
-/// The records of a file of framed rounds (see `WriteAheadLog`). It ends at its end, at the
-/// zeros written ahead of the rounds, or at a round whose write never completed: cut short by
-/// the end of the file, or with zeros where some of its pages did not reach the disk. The
-/// latter two were never acknowledged, so they are dropped, unless a whole round follows.
-function readRounds(bytes: Buffer, path: string): LogRecord[] {
-  const records: LogRecord[] = [];
-  let at = 0;
-  const damaged = (what: string, cause?: unknown): TypeError =>
-    new TypeError(`corrupt write-ahead log in ${path} at byte ${at}: ${what}`, { cause });
-  const torn = (): LogRecord[] => {
-    const whole = wholeRoundAfter(bytes, at);
-    if (whole !== -1) throw damaged(`a whole round follows at byte ${whole}`);
-    return records;
-  };
-  while (at < bytes.length) {
-    if (bytes[at] === zero) return torn();
-    const end = bytes.indexOf(newline, at);
-    // A header cut short: the last write never completed.
-    if (end === -1) return torn();
-    const header = roundHeader.exec(bytes.toString('latin1', at, end));
-    if (!header) {
-      if (bytes.subarray(at, end).includes(zero)) return torn();
-      throw damaged('not a round header');
-    }
-    const length = Number(header[1]);
-    const start = end + 1;
-    // A round cut short: the same.
-    if (start + length > bytes.length) return torn();
-    const body = bytes.subarray(start, start + length);
-    if (crc32(body) !== parseInt(header[2]!, 16)) {
-      if (body.includes(zero)) return torn();
-      throw damaged('checksum mismatch');
-    }
-    if (length === 0 || body[length - 1] !== newline) throw damaged('round not made of lines');
-    const text = body.toString('utf8');
-    try {
-      for (const record of parseLines(text, text.length, parseRecord, 'write-ahead log', path))
-        records.push(record);
-    } catch (error) {
-      throw damaged('a record does not parse', error);
-    }
-    at = start + length;
-  }
-  return records;
-}
-
-/// The offset of the first whole round (a header whose length and checksum its body matches)
-/// that starts after `from`, or -1. At a clean end this is one search for a '#' in the zeros
-/// ahead of the rounds.
-function wholeRoundAfter(bytes: Buffer, from: number): number {
-  for (let at = bytes.indexOf(hash, from + 1); at !== -1; at = bytes.indexOf(hash, at + 1)) {
-    // A header is at most 21 bytes with its newline: look no further (a '#' in a long line of
-    // text would otherwise search the rest of that line, once per '#').
-    const within = bytes.subarray(at, at + 21).indexOf(newline);
-    if (within === -1) continue;
-    const end = at + within;
-    const header = roundHeader.exec(bytes.toString('latin1', at, end));
-    if (!header) continue;
-    const length = Number(header[1]);
-    if (length === 0 || end + 1 + length > bytes.length) continue;
-    if (crc32(bytes.subarray(end + 1, end + 1 + length)) === parseInt(header[2]!, 16)) return at;
-  }
-  return -1;
-}
-
-function parseRecord(raw: unknown): LogRecord {
-  const entry = parseJournalEntry(raw);
-  const { docId, epoch } = raw as Record<string, unknown>;
-  if (typeof docId !== 'string' || !docIdPattern.test(docId) || typeof epoch !== 'string')
-    throw new TypeError('write-ahead log record: bad docId or epoch');
-  return { docId, epoch, entry };
-}
-
-/// Makes the entries of `dir` (files created, renamed or deleted in it) durable.
-export async function syncDirectory(dir: string): Promise<void> {
-  const handle = await open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
-/// `syncDirectory`, synchronously, for what a store does once, when it opens.
-export function syncDirectorySync(dir: string): void {
-  const fd = openSync(dir, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
 }
