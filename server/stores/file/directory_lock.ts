@@ -29,7 +29,7 @@ export interface LockHolder {
   /// The holder's PID namespace (`/proc/self/ns/pid`, e.g. `pid:[4026531836]`) and the
   /// machine's boot id: its pid means something to this process only when both are ours. Two
   /// containers sharing a host name (host networking, a set `hostname:`) each run as pid 1.
-  /// Absent in lock files written before they existed, and where /proc is not mounted.
+  /// Absent where /proc is not mounted, and in lock files of versions that did not record them.
   pidNamespace?: string;
   bootId?: string;
 }
@@ -88,14 +88,9 @@ const tornLockAgeMs = 10_000;
 /// An exclusive claim on a data directory: one lock file, created with O_EXCL, holding the
 /// holder's pid, host name, start time, PID namespace and boot id, and touched every
 /// `lockRefreshMs` while held. Advisory: it keeps Scriptorium processes apart, not other
-/// programs.
-///
-/// A pid says whether its holder lives only to a process in the same PID namespace on the
-/// same boot. Elsewhere (two containers sharing a host name, both pid 1) the holder is alive
-/// as long as it refreshes the file, and the lock is stale only once it has not been
-/// refreshed for `lockStaleAfterMs`. So a container restarted after a crash waits that long
-/// before it takes its own old lock over (its start fails with `DirectoryLockedError` until
-/// then, and a restart policy tries again); taking a live server's directory would cost
+/// programs. A lock is taken over only once its holder is certainly gone (see `isStale` and
+/// docs/file-store.md, "The lock"): a holder whose pid cannot be checked from here counts as
+/// alive while it refreshes the file, since taking a live server's directory would cost
 /// acknowledged edits.
 export class DirectoryLock {
   readonly dir: string;
@@ -293,7 +288,7 @@ function isStale(holder: LockHolder, dir: string, path: string): boolean | numbe
 }
 
 /// Whether `holder`'s pid names a process this one can check: same PID namespace and same boot.
-/// A lock file written before these were recorded is judged by its pid, as it was then.
+/// A lock file that records neither is judged by its pid alone.
 function sameProcessSpace(holder: LockHolder): boolean {
   if (holder.pidNamespace === undefined && holder.bootId === undefined) return true;
   const ours = processIdentity();
