@@ -112,4 +112,17 @@ describe('source layout', () => {
       }
     }
   });
+
+  it('keeps the file store behind its facade', () => {
+    // Its parts (queue, format, checkpointer…) are free to change: outside server/stores/file/
+    // sources see only FileStore and its options.
+    const facade = 'server/stores/file/file_store.ts';
+    for (const [file, { local }] of files) {
+      if (file.startsWith('server/stores/file/')) continue;
+      for (const target of local) {
+        if (!target.startsWith('server/stores/file/')) continue;
+        assert.equal(target, facade, `${file} imports ${target}`);
+      }
+    }
+  });
 });
