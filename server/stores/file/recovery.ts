@@ -13,8 +13,9 @@ import {
   stateText,
   type StateFile,
 } from './format.js';
+import type { LogRecord } from './log_format.js';
 import type { FileStoreLogger } from './settings.js';
-import { WriteAheadLog, type LogRecord } from './write_ahead_log.js';
+import { WriteAheadLog } from './write_ahead_log.js';
 
 /// What opening a data directory found: the `unreplayedPath` of every document with log
 /// records set aside, and the generation the write-ahead log goes on with.

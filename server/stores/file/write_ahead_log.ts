@@ -11,8 +11,6 @@ import {
   type LogRecord,
 } from './log_format.js';
 
-export type { LogRecord } from './log_format.js';
-
 /// What a directory's log files held when the store opened: their records, oldest first,
 /// the files, and the generation the next file takes.
 export interface RecoveredLog {
