@@ -1,4 +1,4 @@
-import type { Rooms } from './core/rooms.js';
+import type { Rooms } from './rooms/registry.js';
 import type { Store } from './stores/store.js';
 
 /// `Collab.stats()`: counts read when called.

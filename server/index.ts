@@ -14,7 +14,7 @@ export {
 export type { CollabHealth, CollabStats } from './collab_health.js';
 export { ConfigError } from './config.js';
 export { defaultLimits } from './settings.js';
-export { CodedError } from './core/rooms.js';
+export { CodedError } from './rooms/coded_error.js';
 export type { Authenticate, AuthenticateContext, Identity } from './protocol/socket.js';
 export { MemoryStore } from './stores/memory_store.js';
 export { FileStore } from './stores/file/file_store.js';

@@ -135,6 +135,69 @@ export class Authority {
       );
     }
 
+    const parsed = this.parseBatch(stepsJSON);
+    if ('ok' in parsed) return parsed;
+    const { steps, normalized } = parsed;
+
+    const rebased = version < this.version;
+    const rebaser = rebased
+      ? new StepRebaser(steps, this.historyMaps.slice(version - this.historyStart))
+      : null;
+    const accepted: Step[] = new Array(steps.length);
+    let doc = this.doc;
+    let bytes = this.docBytes;
+    for (let i = 0; i < steps.length; i++) {
+      let step = steps[i]!;
+      if (rebaser) {
+        const mapped = rebaser.map(step);
+        // What the step changed is gone: the client's own rebase would drop the step. The
+        // batch is refused whole rather than partly applied; the client rebases and resends.
+        if (!mapped) return this.stale(version);
+        step = mapped;
+      }
+      const next = this.applyStep(step, i, doc, started);
+      if (next === null) {
+        return rebaser ? this.stale(version) : this.invalid(i, 'the step does not apply');
+      }
+      if ('ok' in next) return next;
+      const grown = this.checkResult(next, doc, i, bytes);
+      if (typeof grown !== 'number') return grown;
+      bytes = grown;
+      // Checked between steps, to stop a batch before it does more: refusing after its last
+      // step saves no time, and would refuse a single step (whose cost the size limits bound)
+      // whenever a GC pause pushed it over, with a code that tells the client not to retry.
+      if (i < steps.length - 1 && this.now() - started > this.limits.maxApplyMs) {
+        return this.overBudget();
+      }
+      rebaser?.applied(step);
+      accepted[i] = step;
+      doc = next;
+    }
+
+    // The steps as applied, returned from here rather than read back from the history: a
+    // batch longer than what the history keeps is cut by the trim below, and the caller
+    // journals and broadcasts every one of them.
+    const applied: StepJSON[] = rebased ? new Array(accepted.length) : normalized;
+    for (let i = 0; i < accepted.length; i++) {
+      const step = accepted[i]!;
+      if (rebased) applied[i] = step.toJSON() as StepJSON;
+      this.pushHistory(applied[i]!, clientID, step.getMap());
+    }
+    this.doc = doc;
+    this.docBytes = bytes;
+    this.version += accepted.length;
+    this.lastEnd.set(clientID, this.version);
+    if (rebased) this.rebasedBatches++;
+    this.trimHistory();
+    return { ok: true, version: this.version, doc, steps: applied, rebased };
+  }
+
+  /// Parses a batch's steps against the document's schema and checks each (`stepProblem`,
+  /// the batch's step count with a markSet's steps counted): the steps and their normalised
+  /// JSON, or the refusal of the whole batch.
+  private parseBatch(
+    stepsJSON: readonly unknown[],
+  ): { steps: Step[]; normalized: StepJSON[] } | Refusal {
     const steps: Step[] = new Array(stepsJSON.length);
     // The parsed steps' own JSON: checked here, and what is journaled and broadcast when the
     // batch is not rebased (a rebased step has new positions and is serialised again).
@@ -173,90 +236,49 @@ export class Authority {
       steps[i] = step;
       normalized[i] = json;
     }
+    return { steps, normalized };
+  }
 
-    const rebased = version < this.version;
-    const rebaser = rebased
-      ? new StepRebaser(steps, this.historyMaps.slice(version - this.historyStart))
-      : null;
-    const accepted: Step[] = new Array(steps.length);
-    let doc = this.doc;
-    let bytes = this.docBytes;
-    for (let i = 0; i < steps.length; i++) {
-      let step = steps[i]!;
-      if (rebaser) {
-        const mapped = rebaser.map(step);
-        // What the step changed is gone: the client's own rebase would drop the step. The
-        // batch is refused whole rather than partly applied; the client rebases and resends.
-        if (!mapped) return this.stale(version);
-        step = mapped;
-      }
-      const next = this.applyStep(step, i, doc, started);
-      if (next === null) {
-        return rebaser ? this.stale(version) : this.invalid(i, 'the step does not apply');
-      }
-      if ('ok' in next) return next;
-      let change;
-      try {
-        // Steps check the content they rebuild, but not everything (attributes set by an
-        // AttrStep, marks that a schema forbids in a place): what the step made must be valid.
-        change = checkChanged(next, doc);
-      } catch (err) {
-        return this.refusal(
-          'invalid-step',
-          `Step ${i} would break the schema: ${(err as Error).message}`,
-        );
-      }
-      if (change.depth > this.limits.maxDocDepth) {
-        return this.refusal(
-          'too-deep',
-          `Step ${i} would nest the document deeper than ${this.limits.maxDocDepth} levels`,
-        );
-      }
-      bytes += change.bytesDelta;
-      if (
-        (bytes > this.limits.maxDocBytes && change.bytesDelta > 0) ||
-        (next.nodeSize > this.limits.maxDocSize && next.nodeSize > doc.nodeSize)
-      ) {
-        return {
-          ok: false,
-          code: 'too-large',
-          version: this.version,
-          message: `Step ${i} would make the document larger than ${this.limits.maxDocBytes} bytes or ${this.limits.maxDocSize} positions`,
-          // At `version`, before the batch: a client drops, without sending them, the other
-          // steps that would not fit either, instead of learning of each from its refusal.
-          room: {
-            bytes: this.limits.maxDocBytes - this.docBytes,
-            positions: this.limits.maxDocSize - this.doc.nodeSize,
-          },
-        };
-      }
-      // Checked between steps, to stop a batch before it does more: refusing after its last
-      // step saves no time, and would refuse a single step (whose cost the size limits bound)
-      // whenever a GC pause pushed it over, with a code that tells the client not to retry.
-      if (i < steps.length - 1 && this.now() - started > this.limits.maxApplyMs) {
-        return this.overBudget();
-      }
-      rebaser?.applied(step);
-      accepted[i] = step;
-      doc = next;
+  /// Checks `next`, what step `i` made of `doc` when the document was `bytes` bytes of JSON:
+  /// valid for the schema, within the depth and size limits. The document's bytes after it,
+  /// or the refusal of the batch.
+  private checkResult(next: Node, doc: Node, i: number, bytes: number): number | Refusal {
+    let change;
+    try {
+      // Steps check the content they rebuild, but not everything (attributes set by an
+      // AttrStep, marks that a schema forbids in a place): what the step made must be valid.
+      change = checkChanged(next, doc);
+    } catch (err) {
+      return this.refusal(
+        'invalid-step',
+        `Step ${i} would break the schema: ${(err as Error).message}`,
+      );
     }
-
-    // The steps as applied, returned from here rather than read back from the history: a
-    // batch longer than what the history keeps is cut by the trim below, and the caller
-    // journals and broadcasts every one of them.
-    const applied: StepJSON[] = rebased ? new Array(accepted.length) : normalized;
-    for (let i = 0; i < accepted.length; i++) {
-      const step = accepted[i]!;
-      if (rebased) applied[i] = step.toJSON() as StepJSON;
-      this.pushHistory(applied[i]!, clientID, step.getMap());
+    if (change.depth > this.limits.maxDocDepth) {
+      return this.refusal(
+        'too-deep',
+        `Step ${i} would nest the document deeper than ${this.limits.maxDocDepth} levels`,
+      );
     }
-    this.doc = doc;
-    this.docBytes = bytes;
-    this.version += accepted.length;
-    this.lastEnd.set(clientID, this.version);
-    if (rebased) this.rebasedBatches++;
-    this.trimHistory();
-    return { ok: true, version: this.version, doc, steps: applied, rebased };
+    bytes += change.bytesDelta;
+    if (
+      (bytes > this.limits.maxDocBytes && change.bytesDelta > 0) ||
+      (next.nodeSize > this.limits.maxDocSize && next.nodeSize > doc.nodeSize)
+    ) {
+      return {
+        ok: false,
+        code: 'too-large',
+        version: this.version,
+        message: `Step ${i} would make the document larger than ${this.limits.maxDocBytes} bytes or ${this.limits.maxDocSize} positions`,
+        // At `version`, before the batch: a client drops, without sending them, the other
+        // steps that would not fit either, instead of learning of each from its refusal.
+        room: {
+          bytes: this.limits.maxDocBytes - this.docBytes,
+          positions: this.limits.maxDocSize - this.doc.nodeSize,
+        },
+      };
+    }
+    return bytes;
   }
 
   /// Applies one step to `doc`: the new document, null when the step does not apply, or a

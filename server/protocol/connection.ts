@@ -25,8 +25,9 @@ import {
   type ScriptoriumSocket,
   type SocketData,
 } from './socket.js';
-import type { BatchObserver, Room } from '../core/room.js';
-import type { Rooms } from '../core/rooms.js';
+import type { Rooms } from '../rooms/registry.js';
+import type { Room } from '../rooms/room.js';
+import type { BatchObserver } from '../rooms/room_options.js';
 
 /// What `attachProtocol` enforces per socket, from the server configuration.
 export interface ProtocolOptions {

@@ -2,12 +2,12 @@ import type { Logger } from 'pino';
 import { measureJson, type JsonLimits } from '../../schema/json_limits.js';
 import { errorBody, type ErrorCode } from '../../schema/errors.js';
 import type { ScriptoriumSocket } from './socket.js';
+import { CodedError } from '../rooms/coded_error.js';
 import {
-  CodedError,
   CorruptDocumentError,
   CreationRateError,
   TooManyDocumentsError,
-} from '../core/rooms.js';
+} from '../rooms/load_errors.js';
 import { StoreUnavailableError } from '../stores/store.js';
 
 // What stands between a socket's raw messages and the protocol handlers: a gate that bounds

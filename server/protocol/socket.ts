@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Namespace, Server, Socket } from 'socket.io';
 import type { ClientToServerEvents, ServerToClientEvents } from '../../schema/events.js';
-import type { Room } from '../core/room.js';
+import type { Room } from '../rooms/room.js';
 import type { TokenBucket } from './token_bucket.js';
 
 // The socket types every part of the protocol shares, kept apart from the handlers so that

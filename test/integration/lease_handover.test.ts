@@ -5,14 +5,12 @@ import { createClient } from 'redis';
 import { schema, schemaVersion } from '../../schema/index.js';
 import { type ErrorAnswer, type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { loadConfig } from '../../server/config.js';
-import {
-  leaseRetryMs,
-  movedRetryMs,
-  type Room,
-  type RoomHooks,
-  type RoomTransport,
-} from '../../server/core/room.js';
-import { CodedError, Rooms, type CreatePermit } from '../../server/core/rooms.js';
+import { CodedError } from '../../server/rooms/coded_error.js';
+import type { CreatePermit } from '../../server/rooms/create_permit.js';
+import { Rooms } from '../../server/rooms/registry.js';
+import type { Room } from '../../server/rooms/room.js';
+import type { RoomHooks } from '../../server/rooms/room_hooks.js';
+import { leaseRetryMs, movedRetryMs, type RoomTransport } from '../../server/rooms/room_options.js';
 import { docKeys } from '../../server/stores/redis_keys.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import {

@@ -2,7 +2,7 @@ import { pino } from 'pino';
 import { MetricsRecorder } from '../../metrics/index.js';
 import { createScriptorium, type Scriptorium } from '../../server/app/app.js';
 import { roomsOf } from '../../server/collab.js';
-import type { Rooms } from '../../server/core/rooms.js';
+import type { Rooms } from '../../server/rooms/registry.js';
 import { loadConfig, type Config } from '../../server/config.js';
 import { MemoryStore } from '../../server/stores/memory_store.js';
 import type { Store } from '../../server/stores/store.js';

@@ -76,9 +76,12 @@ describe('source layout', () => {
   it('keeps each layer to the layers below it', () => {
     // What each server folder may import, besides itself, schema/ and metrics/.
     const allowed: Record<string, string[]> = {
-      'server/core': ['server/stores/store.ts'],
+      // The pure core: the authority and the checks, nothing with I/O, timers or a store.
+      'server/core': [],
       'server/stores': [],
-      'server/protocol': ['server/core', 'server/stores/store.ts'],
+      // The rooms: the core made durable and shared through the store interface.
+      'server/rooms': ['server/core', 'server/stores/store.ts'],
+      'server/protocol': ['server/rooms', 'server/core', 'server/stores/store.ts'],
       // The standalone app is built from the package's public entry (server/index.ts), its
       // own configuration, and the token and origin checks it shares with the protocol.
       'server/app': [
@@ -91,8 +94,9 @@ describe('source layout', () => {
       ],
     };
     const forbiddenPackages: Record<string, RegExp> = {
-      // The authority is pure: no transport, no HTTP, no storage driver.
-      'server/core': /^(socket\.io|express|redis|helmet|jose)/,
+      // The authority is pure: no transport, no HTTP, no storage driver, no logger.
+      'server/core': /^(socket\.io|express|redis|helmet|jose|pino|prom-client|node:)/,
+      'server/rooms': /^(socket\.io|express|redis|helmet|jose)/,
       'server/stores': /^(socket\.io|express|helmet|jose)/,
       'server/protocol': /^(express|redis|helmet)/,
     };
@@ -125,4 +129,56 @@ describe('source layout', () => {
       }
     }
   });
+
+  // Folders split to one concept per file; the others join this list as they are split.
+  const sized = ['server/core/', 'server/rooms/'];
+
+  it('keeps every source file of the split folders to 500 lines', () => {
+    for (const file of files.keys()) {
+      if (!sized.some((folder) => file.startsWith(folder))) continue;
+      const lines = readFileSync(join(root, file), 'utf8').split('\n').length;
+      assert.ok(lines <= 500, `${file} has ${lines} lines: it holds two concepts`);
+    }
+  });
+
+  it('keeps every function of the split folders to 80 lines', () => {
+    // Functions that stay longer, each with its reason.
+    const exceptions: Record<string, string> = {};
+    for (const file of files.keys()) {
+      if (!sized.some((folder) => file.startsWith(folder))) continue;
+      for (const { name, lines } of functionLengths(readFileSync(join(root, file), 'utf8'))) {
+        if (lines <= 80 || exceptions[`${file}:${name}`]) continue;
+        assert.fail(`${file}: ${name} has ${lines} lines (at most 80)`);
+      }
+    }
+  });
 });
+
+const topLevelFunction = /^(?:export )?(?:async )?function\*? ?([A-Za-z_$][\w$]*)/;
+const classMember =
+  /^ {2}(?:(?:private|protected|public|static|async|get|set|readonly) )*([A-Za-z_$][\w$]*)\s*(?:<[^>]*>)?\(/;
+
+/// The top-level functions and class methods of a prettier-formatted source, with their
+/// lengths in lines: a declaration whose signature ends in `{` runs to the first line that
+/// closes it at its own indent.
+function functionLengths(text: string): { name: string; lines: number }[] {
+  const lines = text.split('\n');
+  const found: { name: string; lines: number }[] = [];
+  let inClass = false;
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!;
+    if (/^(?:export )?(?:abstract )?class /.test(line)) inClass = true;
+    else if (line === '}') inClass = false;
+    const match = topLevelFunction.exec(line) ?? (inClass ? classMember.exec(line) : null);
+    if (!match) continue;
+    const indent = line.startsWith(' ') ? '  ' : '';
+    // The signature may span lines; an overload ends in `;`.
+    let open = i;
+    while (open < lines.length && !/\{$/.test(lines[open]!) && !/;$/.test(lines[open]!)) open++;
+    if (open >= lines.length || !/\{$/.test(lines[open]!)) continue;
+    let end = open + 1;
+    while (end < lines.length && lines[end] !== `${indent}}`) end++;
+    found.push({ name: match[1]!, lines: end - i + 1 });
+  }
+  return found;
+}

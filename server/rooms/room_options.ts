@@ -1,0 +1,63 @@
+import type { ErrorCode } from '../../schema/errors.js';
+import type { StepsBroadcast } from '../../schema/events.js';
+
+/// What a room needs from the transport: one broadcast per flush to every socket of the
+/// document, and a way to send everyone away when the room's copy can no longer be trusted
+/// (`retryAfterMs`: when to come back, for `closing`).
+export interface RoomTransport {
+  broadcast(docId: string, message: StepsBroadcast): void;
+  evict(docId: string, code: ErrorCode, message: string, retryAfterMs: number): void;
+}
+
+/// Receives the outcome and timings of every `steps` message: 'accepted' or an error code,
+/// and milliseconds from `performance.now()` when it was received, validated and applied,
+/// persisted (NaN when it never got that far) and answered. `MetricsRecorder` is one.
+export interface BatchObserver {
+  record(
+    docId: string,
+    outcome: string,
+    steps: number,
+    received: number,
+    applied: number,
+    persisted: number,
+    sent: number,
+  ): void;
+}
+
+/// Room settings taken from the server configuration.
+export interface RoomOptions {
+  /// The most time between the starts of two flushes of a busy room (ms). A batch that
+  /// arrives after a quiet spell is flushed at the end of its event-loop turn; while batches
+  /// keep arriving, those of the next interval wait and go together: one journal append, one
+  /// broadcast frame per socket instead of one per batch. The interval is `flushUsPerSocket` µs
+  /// per joined socket, up to this: a flush costs a frame per socket, so a room's frames per
+  /// second stay bounded whatever its size, and a small room waits next to nothing.
+  /// 0 flushes every turn.
+  flushIntervalMs: number;
+  flushUsPerSocket: number;
+  snapshotEverySteps: number;
+  snapshotEveryMs: number;
+  /// Written into every snapshot: the version of the schema its document was made with.
+  schemaVersion: number;
+}
+
+/// When editors this process stopped serving a document for (`moved`: handed over, its lease
+/// lost or lapsed) should try again: by then the lease is free or another process holds it,
+/// and serves it, save for the release's (or the other's acquire's) round trip to the store,
+/// which this covers. Sooner, they could reach the next holder before the release and be
+/// answered `moved` for a renewal period (see `LeaseKeeper.acquire`); with no hint at all,
+/// clients fall back to their own backoff.
+export const movedRetryMs = 100;
+
+/// How long an editor refused because the lease is being confirmed waits before trying again
+/// (ms): about one renewal's round trip.
+export const leaseRetryMs = 250;
+
+/// The message of that refusal (`unavailable`).
+export const leaseUnconfirmed =
+  'This node is confirming it still serves this document: try again in a moment';
+
+/// How long a read refused because its document's room is closed but still settling with its
+/// store (`Recovery`) waits before trying again (ms): about a store read's round trip, after
+/// which the room is gone and the next read loads what the store holds.
+export const settlingRetryMs = 250;
