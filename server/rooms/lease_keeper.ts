@@ -225,7 +225,7 @@ export class LeaseKeeper {
   /// than at the next period: a failure answered at once (an error reply after a failover, a
   /// reset connection) followed by another would otherwise send the next renewal a whole lease
   /// time after the last good one, racing the lease's expiry in the store. Not while one is in
-  /// flight (`renewLease` joins it).
+  /// flight (`renew` joins it).
   private retrySoon(room: Room): void {
     const retry = setTimeout(
       () => {

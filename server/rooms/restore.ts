@@ -52,8 +52,9 @@ export function restoreDocument(
     snapshot?.clients ? Object.entries(snapshot.clients) : [],
   );
   replay(docId, stored.journal, authority, clients, schema, options);
-  // A journal written before the depth limit existed can nest a document past it by wraps
-  // that each look harmless; serving it would overflow the stack in the first snapshot.
+  // A journal can nest a document past the depth limit by wraps that each look harmless (kept
+  // under a higher limit, or written by something else); serving it would overflow the stack
+  // in the first snapshot.
   const height = nodeStats(authority.doc).height;
   if (height > options.maxDocDepth) {
     throw new CorruptDocumentError(

@@ -122,7 +122,7 @@ export class Recovery {
   ///
   /// Unless the store is behind what this process published, in its epoch: then it went back
   /// to an older state (a restart from an older file), which lost the lease with the steps, and
-  /// this copy is the only one of them. It is stored under a new epoch as after a `conflict`,
+  /// this copy is the only one of them. It is stored under a new epoch as after a conflict,
   /// without the lease and only while nobody holds it: a new holder may have acknowledged
   /// steps on the older copy, which this one must not overwrite (the loss is logged then).
   appendLost(group: PendingBatch[], stored?: StoredPosition): void {

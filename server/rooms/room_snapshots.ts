@@ -30,10 +30,9 @@ export interface SnapshotOutcomes {
 /// the journal and is retried after 1 s, doubling up to `snapshotEveryMs`: a failing store is
 /// not asked again at once.
 export class Snapshots {
-  /// The version the store's newest snapshot holds, as far as this room wrote it.
-  version: number;
+  private written: number;
   /// When the last snapshot was written (ms, `now`'s clock).
-  lastAt: number;
+  private lastAt: number;
   private writing: Promise<boolean> | null = null;
   private timer: NodeJS.Timeout | null = null;
   /// After a failed write, the wait before the next try (ms); 0 once one succeeds.
@@ -51,8 +50,13 @@ export class Snapshots {
     },
     version: number,
   ) {
-    this.version = version;
+    this.written = version;
     this.lastAt = deps.now();
+  }
+
+  /// The version the store's newest snapshot holds, as far as this room wrote it.
+  get version(): number {
+    return this.written;
   }
 
   /// True when the published version is not in a snapshot yet.
@@ -152,7 +156,7 @@ export class Snapshots {
           return false;
         }
         if (outcome.ok || outcome.reason === 'outdated') {
-          this.version = Math.max(this.version, version);
+          this.written = Math.max(this.written, version);
           this.lastAt = this.deps.now();
           const ms = +(performance.now() - started).toFixed(3);
           log.debug({ doc: docId, version, ms }, 'snapshot written');
