@@ -343,7 +343,7 @@ function bounded<T>(promise: Promise<T>, timeoutMs: number): Promise<T> {
 
 /// The refusal of a read from a copy whose lease may have lapsed (see `Room.leaseFresh`): the
 /// document is likely served elsewhere, or here again, once the lease has settled.
-function lapsed(): CodedError {
+export function lapsed(): CodedError {
   return new CodedError('moved', 'This node may no longer hold this document', {
     retryAfterMs: movedRetryMs,
   });

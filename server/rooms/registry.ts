@@ -8,7 +8,7 @@ import {
   type Store,
   type StoredDocument,
 } from '../stores/store.js';
-import { LeaseKeeper, type LeaseOptions } from './lease_keeper.js';
+import { lapsed, LeaseKeeper, type LeaseOptions } from './lease_keeper.js';
 import { CodedError } from './coded_error.js';
 import { take, type Creation, type CreatePermit } from './create_permit.js';
 import { TooManyDocumentsError } from './load_errors.js';
@@ -133,8 +133,7 @@ export class Rooms {
     return this.keeper ? this.keeper.healthy : true;
   }
 
-  /// Frees every lease held, for shutdown (after `flushAll` and `closeAll`; see
-  /// `LeaseKeeper.releaseAll`).
+  /// Frees every lease held, for shutdown, after `flushAll` and `closeAll`.
   async releaseAll(rooms: readonly Room[]): Promise<void> {
     await this.keeper?.releaseAll(rooms);
   }
@@ -196,7 +195,9 @@ export class Rooms {
   /// with `moved` when it is answered lost or the room closed meanwhile, with a retryable
   /// `unavailable` when it failed. For reads of a room already joined (a `pull`).
   confirm(room: Room): Promise<void> {
-    return this.keeper ? this.keeper.confirm(room) : Promise.resolve();
+    if (this.keeper) return this.keeper.confirm(room);
+    // Without leases a copy is always fresh; a closed one is still not read from.
+    return room.state === 'open' ? Promise.resolve() : Promise.reject(lapsed());
   }
 
   /// Counts a socket joined to `room`; cancels a pending unload.
@@ -407,12 +408,10 @@ export class Rooms {
 
   /// The lease keeper of this registry's rooms.
   private keep(leases: Omit<LeaseOptions, 'timeoutMs'>): LeaseKeeper {
-    const { storeTimeoutMs } = this.options;
-    const options =
-      storeTimeoutMs === undefined ? leases : { ...leases, timeoutMs: storeTimeoutMs };
+    const { storeTimeoutMs: timeoutMs } = this.options;
     const registry = this;
     return new LeaseKeeper(
-      options,
+      timeoutMs === undefined ? leases : { ...leases, timeoutMs },
       {
         held: () => this.rooms.values(),
         serves: (room) => this.rooms.get(room.docId) === room,

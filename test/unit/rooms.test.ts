@@ -106,6 +106,15 @@ describe('Rooms', () => {
     rooms.closeAll();
   });
 
+  it('does not confirm a closed room for a read', async () => {
+    const rooms = registry(new MemoryStore(), []);
+    const room = (await rooms.get('confirmed', true))!;
+    await rooms.confirm(room);
+    room.close();
+    await assert.rejects(rooms.confirm(room), { code: 'moved' });
+    rooms.closeAll();
+  });
+
   it('quarantines a document whose stored journal does not apply', async () => {
     const store = new MemoryStore();
     // A step past the end of the document: stored by something that did not check it.
