@@ -1,14 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
-import {
-  emptyDoc,
-  schemaVersion,
-  type ErrorCode,
-  type StepJSON,
-  type StepsAnswer,
-  type StepsBroadcast,
-} from '../../schema/index.js';
+import { emptyDoc, schemaVersion } from '../../schema/index.js';
+import { type ErrorCode } from '../../schema/errors.js';
+import { type StepJSON, type StepsAnswer, type StepsBroadcast } from '../../schema/events.js';
 import { loadConfig } from '../../server/config.js';
 import { Authority } from '../../server/core/authority.js';
 import { Room, type RoomEvents } from '../../server/rooms/room.js';

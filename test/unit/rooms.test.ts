@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
-import { emptyDoc, schema, schemaVersion, type StepJSON } from '../../schema/index.js';
+import { emptyDoc, schema, schemaVersion } from '../../schema/index.js';
+import { type StepJSON } from '../../schema/events.js';
 import { loadConfig, type Config } from '../../server/config.js';
 import { CorruptDocumentError, TooManyDocumentsError } from '../../server/rooms/load_errors.js';
 import { Rooms } from '../../server/rooms/registry.js';
