@@ -17,6 +17,7 @@ import type { RoomTransport } from './rooms/room_options.js';
 import { Admission } from './protocol/admission.js';
 import { ClientOwners } from './protocol/client_owners.js';
 import { attachProtocol } from './protocol/connection.js';
+import { EngineGuard } from './protocol/engine_guard.js';
 import { loadFailureCode } from './protocol/guard.js';
 import { sendAway } from './protocol/outbound.js';
 import { roomOf, type Authenticate, type ScriptoriumNamespace } from './protocol/socket.js';
@@ -99,13 +100,18 @@ export interface Collab {
   readonly metrics: MetricsRecorder;
   /// The Socket.io server options the limits need (`new Server(http, collab.socketOptions)`):
   /// Engine.IO's frame cap at twice `maxMessageBytes`, so that a frame is refused before it
-  /// is parsed, and no compression (steps are small and latency-bound).
+  /// is parsed, no compression (steps are small and latency-bound), and `handshakeTimeoutMs`
+  /// for a connection to connect a namespace.
   readonly socketOptions: {
     maxHttpBufferSize: number;
     perMessageDeflate: false;
     httpCompression: false;
+    connectTimeout: number;
   };
-  /// Serves the protocol on `io` (in `options.namespace`).
+  /// Serves the protocol on `io` (in `options.namespace`). Guards `io`'s Engine.IO server as
+  /// well, for every connection whichever namespace it is for: the caps on connections per
+  /// address and in all (through its `allowRequest`, after the host's own), each
+  /// connection's frame budget, and a `connectTimeout` of at most `handshakeTimeoutMs`.
   attach(io: Server, options?: AttachOptions): void;
   /// Edits `docId` on the server, through the same path as an editor's steps: checked against
   /// the limits, journaled, broadcast, `onAccepted`. `edit` adds steps to a transform of the
@@ -234,10 +240,19 @@ export function createCollab(options: CollabOptions = {}): Collab {
   });
   const admission = new Admission(config);
   const owners = new ClientOwners();
+  const guard = new EngineGuard(
+    {
+      ...config,
+      // At least one frame of the largest size Engine.IO lets through.
+      frameBytesBurst: Math.max(config.frameBytesBurst, 2 * config.maxMessageBytes),
+    },
+    (request) => admission.address(request),
+  );
   const socketOptions = {
     maxHttpBufferSize: 2 * config.maxMessageBytes,
     perMessageDeflate: false as const,
     httpCompression: false as const,
+    connectTimeout: config.handshakeTimeoutMs,
   };
 
   let closing: Promise<boolean> | null = null;
@@ -274,6 +289,12 @@ export function createCollab(options: CollabOptions = {}): Collab {
         );
       }
       namespaces.push(nsp);
+      guard.attach(io);
+      // A connection counts under the caps until it closes: one that never connects a
+      // namespace is closed after this, not Socket.io's default of 45 s.
+      if (io.connectTimeout() > config.handshakeTimeoutMs) {
+        io.connectTimeout(config.handshakeTimeoutMs);
+      }
       stops.push(
         attachProtocol(nsp, rooms, log, isDraining, observer, {
           json: {
@@ -283,6 +304,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
           },
           admission,
           owners,
+          guard,
           batchesPerSecond: config.batchesPerSecond,
           batchesBurst: config.batchesBurst,
           pullsPerSecond: config.pullsPerSecond,

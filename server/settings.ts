@@ -261,6 +261,55 @@ export const settings = {
     'limit',
     'sockets open with one client id, per user (`too-many-connections`; `0`: no limit)',
   ),
+  /// Engine.IO connections this process holds at once, from every address (0 = no limit).
+  maxConnections: whole(
+    'MAX_CONNECTIONS',
+    20_000,
+    [0, 10_000_000],
+    'limit',
+    'Engine.IO connections this process holds at once, counted from their first request (HTTP 403 beyond; `0`: no limit)',
+  ),
+  /// The reference client connects its namespace as soon as the connection opens; the time
+  /// left is for the host's `authenticate`.
+  handshakeTimeoutMs: whole(
+    'HANDSHAKE_TIMEOUT_MS',
+    10_000,
+    [100, 600_000],
+    'limit',
+    'a connection that has not joined the protocol by then is closed (Socket.io `connectTimeout`)',
+  ),
+  handshakesPerMinute: whole(
+    'HANDSHAKES_PER_MINUTE',
+    3_000,
+    [0, 10_000_000],
+    'limit',
+    'Socket.io handshakes per client address, and per authenticated user, per minute (`rate-limited`; `0`: no limit)',
+  ),
+  /// Several times what an honest editor sends at most (batches, pulls, presence and a
+  /// reconnect's catch-up), a small share of what one socket can make the event loop decode.
+  framesPerSecond: whole(
+    'FRAMES_PER_SECOND',
+    200,
+    [0, 10_000_000],
+    'limit',
+    'frames of any kind one connection may send per second, counted before decoding (closed `rate-limited`; `0`: no limit)',
+  ),
+  framesBurst: whole('FRAMES_BURST', 500, [1, 10_000_000], 'limit', '…and in a burst'),
+  frameBytesPerSecond: whole(
+    'FRAME_BYTES_PER_SECOND',
+    1024 * 1024,
+    [0, 1024 * mib],
+    'limit',
+    'bytes of frames one connection may send per second (closed `rate-limited`; `0`: no limit)',
+  ),
+  /// Never less than one frame of twice `maxMessageBytes` (Engine.IO's cap), whatever is set.
+  frameBytesBurst: whole(
+    'FRAME_BYTES_BURST',
+    4 * 1024 * 1024,
+    [1024, 1024 * mib],
+    'limit',
+    '…and in a burst (at least twice `MAX_MESSAGE_BYTES`)',
+  ),
   /// Distinct documents one user (the authenticated user; in open mode, one client address)
   /// may have sockets on at once (0 = no limit): what keeps one client from holding every
   /// one of `maxLoadedDocuments`.

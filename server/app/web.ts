@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import express, { type Response, type Router } from 'express';
 import { docIdPattern } from '../../schema/events.js';
@@ -50,14 +51,8 @@ export function createWebRouter(options: WebRouterOptions = {}): Router {
   // machine's paths, which are nobody else's business. The page itself is served at `/d/:id`
   // only, with its own caching. Both answer the app's 404.
   router.use('/assets', (req, _res, next) => {
-    // The path as the static server will look it up: decoded (`main.js.ma%70` is main.js.map).
-    let path: string;
-    try {
-      path = decodeURIComponent(req.path);
-    } catch {
-      return next('router');
-    }
-    next(/\.map$/i.test(path) || path === '/index.html' ? 'router' : undefined);
+    const path = servedPath(req.path);
+    next(path === null || /\.map$/i.test(path) || path === 'index.html' ? 'router' : undefined);
   });
   router.use(
     '/assets',
@@ -70,6 +65,24 @@ export function createWebRouter(options: WebRouterOptions = {}): Router {
   );
 
   return router;
+}
+
+/// The file `express.static` serves for `path` (the request's path under `/assets`), relative to
+/// the bundle's folder, as its file server (`send`) finds it: decoded, then normalised, so
+/// that `main.js.map/.`, `x/../main.js.map` and `main.js.ma%70` all name main.js.map; trailing
+/// slashes dropped. Null for a path it would not serve (an escape that does not decode, a null
+/// byte, a way out of the folder).
+function servedPath(path: string): string | null {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    return null;
+  }
+  if (decoded.includes('\0')) return null;
+  const normal = posix.normalize(`./${decoded}`).replace(/\/+$/, '');
+  if (normal === '..' || normal.startsWith('../')) return null;
+  return normal;
 }
 
 function errorPage(res: Response, status: number, title: string, detail: string): void {

@@ -8,11 +8,13 @@ export interface AdmissionLimits {
   maxSocketsPerClient: number;
   maxDocumentsPerUser: number;
   newDocumentsPerMinute: number;
+  handshakesPerMinute: number;
   trustProxy: readonly string[];
 }
 
 /// Who may connect, counted per client address, per client id of each user (or address) and in
-/// distinct documents per user, and how fast one address may create documents. Counts are held while sockets are
+/// distinct documents per user, how fast one address may create documents, and how fast one
+/// address, and one user, may make handshakes. Counts are held while sockets are
 /// connected and released when they leave; buckets of addresses that have been quiet long
 /// enough to be full again are dropped, so nothing here grows with the number of addresses
 /// ever seen.
@@ -25,6 +27,8 @@ export class Admission {
   /// By user (`holderOf`): the documents its sockets are on, and how many sockets on each.
   private readonly perUser = new Map<string, Map<string, number>>();
   private readonly creations = new Map<string, TokenBucket>();
+  /// By `holderOf`: an address's handshakes, and a user's.
+  private readonly handshakes = new Map<string, TokenBucket>();
   private readonly trust: (address: string, hop: number) => boolean;
   private lastSweep = 0;
 
@@ -98,6 +102,25 @@ export class Admission {
     return wait;
   }
 
+  /// Asks whether `user`, or `address` when `user` is null, may make one more handshake now:
+  /// 0 when it may (counted), otherwise milliseconds until it may. The protocol asks for the
+  /// address before `authenticate` and for the user after. Every writer's handshake binds a
+  /// client id (`ClientOwners`), and every handshake costs an `authenticate`: both are bounded
+  /// by how fast anyone can make them.
+  mayHandshake(address: string, user: string | null, now: number = performance.now()): number {
+    const perMinute = this.limits.handshakesPerMinute;
+    if (perMinute === 0) return 0;
+    // Before the bucket is taken from: a sweep drops full ones, a new one among them.
+    if (now - this.lastSweep > 60_000) this.sweep(now);
+    const holder = holderOf(address, user);
+    let bucket = this.handshakes.get(holder);
+    if (!bucket) {
+      bucket = new TokenBucket(perMinute / 60, perMinute, now);
+      this.handshakes.set(holder, bucket);
+    }
+    return bucket.take(now);
+  }
+
   /// Gives back a creation `mayCreate` counted for `address`, for a document that was not
   /// created after all (it existed, or another node serves it).
   giveBack(address: string): void {
@@ -106,8 +129,10 @@ export class Admission {
 
   private sweep(now: number): void {
     this.lastSweep = now;
-    for (const [address, bucket] of this.creations) {
-      if (bucket.full(now)) this.creations.delete(address);
+    for (const buckets of [this.creations, this.handshakes]) {
+      for (const [key, bucket] of buckets) {
+        if (bucket.full(now)) buckets.delete(key);
+      }
     }
   }
 }

@@ -15,6 +15,7 @@ import { eventName, guarded, handlerFailed, loadFailureCode, payloadGate } from 
 import { dropIfSlow, sendAway, sweepSockets } from './outbound.js';
 import { TokenBucket } from './token_bucket.js';
 import type { ClientOwners } from './client_owners.js';
+import type { EngineGuard } from './engine_guard.js';
 import { attachPresence } from './presence.js';
 import {
   hasExpired,
@@ -36,6 +37,9 @@ export interface ProtocolOptions {
   admission: Admission;
   /// Client ids bound to users (one for every namespace of a collab, as `admission` is).
   owners: ClientOwners;
+  /// The connections' counts and frame budgets (one per collab, as `admission` is): told of
+  /// every socket admitted, so that a connection closed over budget tells it why.
+  guard: EngineGuard;
   batchesPerSecond: number;
   batchesBurst: number;
   pullsPerSecond: number;
@@ -55,8 +59,8 @@ export interface ProtocolOptions {
 /// the client as its `connect_error`.
 class HandshakeError extends Error {
   readonly data: ReturnType<typeof errorBody>;
-  constructor(code: ErrorCode, detail?: string) {
-    const body = errorBody(code, detail);
+  constructor(code: ErrorCode, detail?: string, retryAfterMs?: number) {
+    const body = errorBody(code, detail, retryAfterMs);
     super(body.message);
     this.data = body;
   }
@@ -77,7 +81,7 @@ export function attachProtocol(
   observer: BatchObserver | null,
   options: ProtocolOptions,
 ): () => void {
-  const { admission, authenticate, owners } = options;
+  const { admission, authenticate, owners, guard } = options;
 
   io.use((socket, next) => {
     let checked: HandshakeError | Handshake;
@@ -109,6 +113,10 @@ export function attachProtocol(
   /// The handshake's own fields, checked before the host's `authenticate` sees them.
   function check(socket: ScriptoriumSocket): HandshakeError | Handshake {
     if (draining()) return new HandshakeError('shutting-down');
+    // Before `authenticate`, which a handshake makes the server run; the user's own count
+    // follows in `admit`.
+    const wait = admission.mayHandshake(admission.address(socket.request), null);
+    if (wait > 0) return new HandshakeError('rate-limited', tooManyHandshakes, wait);
     const doc = socket.handshake.query['doc'];
     if (typeof doc !== 'string' || !docIdPattern.test(doc)) {
       return new HandshakeError('bad-document-id');
@@ -186,10 +194,14 @@ export function attachProtocol(
     const { doc, clientID } = handshake;
     const user = identity?.user ?? null;
     const readOnly = handshake.readOnly || identity?.access === 'read';
+    const address = admission.address(socket.request);
+    if (user !== null) {
+      const wait = admission.mayHandshake(address, user);
+      if (wait > 0) return new HandshakeError('rate-limited', tooManyHandshakes, wait);
+    }
     if (user !== null && !owners.mayUse(doc, clientID, user, performance.now())) {
       return new HandshakeError('forbidden', 'This client id belongs to another user');
     }
-    const address = admission.address(socket.request);
     const cap = admission.enter(address, clientID, user, doc);
     if (cap === 'address') {
       return new HandshakeError('too-many-connections', 'Too many connections from this address');
@@ -220,11 +232,13 @@ export function attachProtocol(
       pulls: new TokenBucket(options.pullsPerSecond, options.pullsBurst, now),
       protocolErrors: 0,
       protocolErrorsSince: now,
+      unproven: false,
     };
     // Only a writer claims the client id: its steps carry it. A reader's claim would only
     // lock the writer out.
     const claims = user !== null && !readOnly;
-    if (claims) owners.claim(doc, clientID, user);
+    if (claims) socket.data.unproven = owners.claim(doc, clientID, user);
+    guard.track(socket);
     // Counted from here, and released once: when the socket disconnects, or when its
     // connection closes first (a socket that never finished connecting has no 'disconnect';
     // one that left the namespace has no 'close' until its connection goes).
@@ -502,6 +516,8 @@ export function attachProtocol(
 
 const tokenExpired = 'The token has expired: reconnect with a fresh one';
 
+const tooManyHandshakes = 'Too many connections opened in a short time: retry later';
+
 const readerCannotCreate =
   'No document has this id, and a read-only connection cannot create one: a writer must join it first';
 
@@ -583,8 +599,36 @@ function answerSync(
   ack: (answer: SyncAnswer) => void,
   maxBytes: number,
 ): void {
-  ack(room.sync(request, socket.data.clientID));
+  const data = socket.data;
+  let answer = room.sync(request, data.clientID);
+  if (data.unproven && answer.ok) {
+    answer = asNewcomer(room, answer, data.clientID);
+    data.unproven = false;
+  }
+  ack(answer);
   dropIfSlow(socket, maxBytes);
+}
+
+/// `answer` for a socket whose claim of `clientID` found no binding (`ClientOwners.claim`):
+/// whatever was written under that id before was not shown to be this client's, so nothing
+/// in the answer may say it was. A whole document loses its `acceptedThrough`; steps of which
+/// any carries the id become the whole document instead (prosemirror-collab would take them
+/// for its own unconfirmed steps, unapplied). The client then sends again what it has not
+/// seen confirmed, by its own count (docs/protocol.md, "Client ids").
+function asNewcomer(
+  room: Room,
+  answer: Extract<SyncAnswer, { ok: true }>,
+  clientID: string,
+): SyncAnswer {
+  if ('doc' in answer) {
+    if (answer.acceptedThrough === undefined) return answer;
+    const { acceptedThrough: _dropped, ...rest } = answer;
+    return rest;
+  }
+  if (!answer.clientIDs.includes(clientID)) return answer;
+  // Without a version the room answers with its whole document, and without a client id with
+  // no `acceptedThrough`. Synchronous, like the answer it replaces: the same version.
+  return room.sync({});
 }
 
 function takeAck(

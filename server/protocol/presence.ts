@@ -39,6 +39,9 @@ const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
 /// clients re-announce themselves when they see a client id for the first time, so the
 /// newcomer soon has positions at current versions.
 ///
+/// With an authenticated user (`SocketData.user`), the name relayed is the user's (cut to
+/// `presenceNameMaxLength`), whatever name the update carries; in open mode, the update's.
+///
 /// `mayShow` says whether a socket's presence may be shown under its client id now; one it
 /// refuses is dropped quietly (the socket did nothing wrong), and not told to newcomers.
 export function attachPresence(
@@ -63,6 +66,9 @@ export function attachPresence(
       // An expired token reads and shows nothing more; the expiry sweep sends the socket away.
       if (hasExpired(socket.data) || !mayShow(socket)) return;
       const broadcast: PresenceBroadcast = { clientID: socket.data.clientID, ...update };
+      // The name others see is the authenticated user's, not one it chose: a client may not
+      // show its caret as someone else's.
+      if (socket.data.user !== null) broadcast.name = shownName(socket.data.user);
       let presence = presences.get(socket);
       if (!presence) {
         presence = new SocketPresence();
@@ -179,6 +185,13 @@ function parsePresence(value: unknown): Omit<PresenceBroadcast, 'clientID'> | st
     return 'color must be a hex colour #rrggbb';
   }
   return { version, anchor, head, name, color };
+}
+
+/// A user name as a presence name: at most `presenceNameMaxLength` UTF-16 units, not cut
+/// inside a surrogate pair.
+function shownName(user: string): string {
+  if (user.length <= presenceNameMaxLength) return user;
+  return user.slice(0, presenceNameMaxLength).replace(/[\uD800-\uDBFF]$/, '');
 }
 
 function isPosition(value: unknown): value is number {

@@ -25,6 +25,10 @@ export interface SocketData {
   /// When the next strike is forgiven from (`performance.now()` ms): the first strike counted
   /// since the count was last 0, moved on by a forgiveness interval for each one forgiven.
   protocolErrorsSince: number;
+  /// True from a writer's handshake whose claim of its client id found no binding until its
+  /// first answer to `join` or `pull`: that answer says nothing of what was written under the
+  /// id before (see `ClientOwners.claim`).
+  unproven: boolean;
   /// Who the host's `authenticate` said this is; null in open mode (no `authenticate`).
   user: string | null;
   /// When the socket's credentials expire (ms since the epoch): its steps are refused

@@ -1,0 +1,236 @@
+import type { IncomingMessage } from 'node:http';
+import type { Server } from 'socket.io';
+import { sendAway } from './outbound.js';
+import type { ScriptoriumSocket } from './socket.js';
+
+/// What `EngineGuard` bounds, from the server configuration (0 = no limit).
+export interface EngineLimits {
+  maxConnectionsPerIp: number;
+  maxConnections: number;
+  framesPerSecond: number;
+  framesBurst: number;
+  frameBytesPerSecond: number;
+  frameBytesBurst: number;
+}
+
+/// Engine.IO's `allowRequest` option.
+type AllowRequest = (
+  req: IncomingMessage,
+  callback: (err: string | null | undefined, ok: boolean) => void,
+) => void;
+
+/// An Engine.IO packet as its socket's `packet` event gives it, before Socket.io decodes it.
+interface EnginePacket {
+  type: string;
+  data?: unknown;
+}
+
+/// The fields of an Engine.IO socket (one connection) this guard uses. Engine.IO's own type is
+/// not exported by socket.io.
+interface EngineConnection {
+  readonly request: IncomingMessage;
+  on(event: 'packet', listener: (packet: EnginePacket) => void): unknown;
+  once(event: 'close', listener: () => void): unknown;
+  close(): unknown;
+}
+
+/// A handshake `allowRequest` let through is counted at once: Engine.IO makes the connection
+/// after an await, and concurrent handshakes must not all pass a cap in between. One whose
+/// connection never came (a websocket upgrade the client dropped) is given back after this.
+const pendingForgetMs = 10_000;
+
+/// What each Engine.IO connection may cost before the protocol sees anything of it. Counted
+/// from its first request, whether or not it ever connects a Socket.io namespace: its place
+/// under `maxConnectionsPerIp` (by the address `address` names, the same as the protocol's
+/// caps use) and `maxConnections` in all; then a budget of frames and bytes per second, charged
+/// for every frame it sends (any event, valid or not) on Engine.IO's `packet` event, before
+/// Socket.io decodes it. A connection over its budget is sent `closing {code: 'rate-limited'}`
+/// on the protocol's sockets and closed: what it sent since is not decoded. One guard serves
+/// every namespace a collab is attached to, once per Engine.IO server.
+export class EngineGuard {
+  private readonly perAddress = new Map<string, number>();
+  private total = 0;
+  /// Handshakes allowed whose connection is not made yet, in the order they were allowed.
+  private readonly pending = new Map<IncomingMessage, { address: string; at: number }>();
+  private readonly engines = new WeakSet<object>();
+  /// The protocol's sockets on each connection: those told why it closes.
+  private readonly sockets = new WeakMap<object, Set<ScriptoriumSocket>>();
+
+  constructor(
+    private readonly limits: EngineLimits,
+    private readonly address: (request: IncomingMessage) => string,
+  ) {}
+
+  /// Guards `io`'s Engine.IO server: its `allowRequest` (the host's own, if any, asked first)
+  /// refuses a handshake over the caps with HTTP 403, and every connection is counted and
+  /// budgeted. Once per Engine.IO server; again is a no-op.
+  attach(io: Server): void {
+    const engine = io.engine;
+    if (this.engines.has(engine)) return;
+    this.engines.add(engine);
+    const host = engine.opts.allowRequest as AllowRequest | undefined;
+    const ours: AllowRequest = (req, callback) => {
+      const refused = this.reserve(req, performance.now());
+      callback(refused, refused === null);
+    };
+    engine.opts.allowRequest = host
+      ? (req, callback) => host(req, (err, ok) => (ok ? ours(req, callback) : callback(err, false)))
+      : ours;
+    engine.on('connection', (conn: EngineConnection) => this.connected(conn));
+    // A handshake that failed after `allowRequest` let it through.
+    engine.on('connection_error', (error: { req?: IncomingMessage }) => {
+      if (error.req) this.giveBack(error.req);
+    });
+  }
+
+  /// Counts `socket` (admitted by the protocol) as one to tell when its connection is closed
+  /// over budget, until it disconnects.
+  track(socket: ScriptoriumSocket): void {
+    const conn = socket.conn;
+    let set = this.sockets.get(conn);
+    if (!set) {
+      set = new Set();
+      this.sockets.set(conn, set);
+    }
+    set.add(socket);
+    socket.once('disconnect', () => set.delete(socket));
+  }
+
+  /// Connections counted now: made, and allowed but not made yet.
+  get size(): number {
+    return this.total;
+  }
+
+  /// Connections counted for `address`.
+  from(address: string): number {
+    return this.perAddress.get(address) ?? 0;
+  }
+
+  /// Counts a handshake from `req`'s address in, or says why it may not be: the message of the
+  /// refusal (Engine.IO answers it 403).
+  private reserve(req: IncomingMessage, now: number): string | null {
+    this.forgetPending(now);
+    const address = this.address(req);
+    const from = this.perAddress.get(address) ?? 0;
+    if (this.limits.maxConnectionsPerIp > 0 && from >= this.limits.maxConnectionsPerIp) {
+      return 'too-many-connections: too many connections from this address';
+    }
+    if (this.limits.maxConnections > 0 && this.total >= this.limits.maxConnections) {
+      return 'too-many-connections: the server holds as many connections as it may';
+    }
+    this.perAddress.set(address, from + 1);
+    this.total++;
+    this.pending.set(req, { address, at: now });
+    return null;
+  }
+
+  private giveBack(req: IncomingMessage): void {
+    const pending = this.pending.get(req);
+    if (!pending) return;
+    this.pending.delete(req);
+    this.release(pending.address);
+  }
+
+  private release(address: string): void {
+    this.total--;
+    const count = (this.perAddress.get(address) ?? 0) - 1;
+    if (count > 0) this.perAddress.set(address, count);
+    else this.perAddress.delete(address);
+  }
+
+  private forgetPending(now: number): void {
+    for (const [req, pending] of this.pending) {
+      if (now - pending.at < pendingForgetMs) return;
+      this.pending.delete(req);
+      this.release(pending.address);
+    }
+  }
+
+  private connected(conn: EngineConnection): void {
+    const pending = this.pending.get(conn.request);
+    let address: string;
+    if (pending) {
+      this.pending.delete(conn.request);
+      address = pending.address;
+    } else {
+      // Its reservation was forgotten, or another `allowRequest` replaced this guard's: counted
+      // now, over the caps or not (refusing it here would leave its client a silent close).
+      address = this.address(conn.request);
+      this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
+      this.total++;
+    }
+    conn.once('close', () => this.release(address));
+    const limits = this.limits;
+    if (limits.framesPerSecond === 0 && limits.frameBytesPerSecond === 0) return;
+    const budget = new FrameBudget(limits, performance.now());
+    let over = false;
+    conn.on('packet', (packet) => {
+      if (over || budget.charge(packetBytes(packet), performance.now())) return;
+      over = true;
+      this.refuse(conn);
+    });
+  }
+
+  /// Closes `conn`, over its budget: its protocol sockets are told why first.
+  private refuse(conn: EngineConnection): void {
+    const sockets = this.sockets.get(conn);
+    if (!sockets || sockets.size === 0) {
+      conn.close();
+      return;
+    }
+    for (const socket of [...sockets]) {
+      sendAway(
+        socket,
+        {
+          code: 'rate-limited',
+          message: 'This connection sent more messages than the server allows: reconnect later',
+          retryAfterMs: 1000,
+        },
+        true,
+      );
+    }
+  }
+}
+
+/// Two token buckets, frames and bytes, filled from the clock when charged (no timers).
+class FrameBudget {
+  private frames: number;
+  private bytes: number;
+  private last: number;
+  private readonly frameRate: number;
+  private readonly frameBurst: number;
+  private readonly byteRate: number;
+  private readonly byteBurst: number;
+
+  constructor(limits: EngineLimits, now: number) {
+    this.frameRate = limits.framesPerSecond;
+    this.frameBurst = limits.framesBurst;
+    this.byteRate = limits.frameBytesPerSecond;
+    this.byteBurst = limits.frameBytesBurst;
+    this.frames = this.frameBurst;
+    this.bytes = this.byteBurst;
+    this.last = now;
+  }
+
+  /// Charges one frame of `bytes` at `now` (ms). False when the frame is over the budget.
+  charge(bytes: number, now: number): boolean {
+    const elapsed = now - this.last;
+    if (elapsed > 0) {
+      this.frames = Math.min(this.frameBurst, this.frames + (elapsed * this.frameRate) / 1000);
+      this.bytes = Math.min(this.byteBurst, this.bytes + (elapsed * this.byteRate) / 1000);
+      this.last = now;
+    }
+    if (this.frameRate > 0 && --this.frames < 0) return false;
+    if (this.byteRate > 0 && (this.bytes -= bytes) < 0) return false;
+    return true;
+  }
+}
+
+/// A packet's size as it arrived: a string's length, a binary's bytes.
+function packetBytes(packet: EnginePacket): number {
+  const data = packet.data;
+  if (typeof data === 'string') return data.length;
+  if (data instanceof Uint8Array) return data.byteLength;
+  if (data instanceof ArrayBuffer) return data.byteLength;
+  return 0;
+}
