@@ -83,7 +83,14 @@ export function attachProtocol(
 ): () => void {
   const { admission, authenticate, owners, guard } = options;
 
-  io.use((socket, next) => {
+  io.use((socket, done) => {
+    // A refused handshake's connection is closed once the refusal is written, unless it holds
+    // sockets of other namespaces: it counts under the caps on connections until it closes,
+    // and is of no use to its client (the reference client reconnects to retry).
+    const next = (err?: HandshakeError): void => {
+      done(err);
+      if (err) setImmediate(() => closeIfUnused(socket));
+    };
     let checked: HandshakeError | Handshake;
     try {
       checked = check(socket);
@@ -515,6 +522,14 @@ export function attachProtocol(
 }
 
 const tokenExpired = 'The token has expired: reconnect with a fresh one';
+
+/// Closes `socket`'s connection when no namespace is connected on it. Reads Socket.io's
+/// client's `nsps` (its connected namespaces, a field it has kept across its 4.x line); a
+/// connection whose client does not show one is left open.
+function closeIfUnused(socket: ScriptoriumSocket): void {
+  const nsps = (socket.client as unknown as { nsps?: unknown }).nsps;
+  if (nsps instanceof Map && nsps.size === 0) socket.conn.close();
+}
 
 const tooManyHandshakes = 'Too many connections opened in a short time: retry later';
 

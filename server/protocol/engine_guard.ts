@@ -7,6 +7,7 @@ import type { ScriptoriumSocket } from './socket.js';
 export interface EngineLimits {
   maxConnectionsPerIp: number;
   maxConnections: number;
+  handshakeTimeoutMs: number;
   framesPerSecond: number;
   framesBurst: number;
   frameBytesPerSecond: number;
@@ -29,9 +30,26 @@ interface EnginePacket {
 /// not exported by socket.io.
 interface EngineConnection {
   readonly request: IncomingMessage;
+  readonly readyState: string;
+  /// A polling transport waiting for its client's next request to close holds its close here
+  /// (a field Engine.IO has kept across its 6.x line).
+  readonly transport?: { shouldClose?: (() => void) | null };
   on(event: 'packet', listener: (packet: EnginePacket) => void): unknown;
   once(event: 'close', listener: () => void): unknown;
-  close(): unknown;
+  close(discard?: boolean): unknown;
+}
+
+/// Connections an address may hold beyond `maxConnectionsPerIp` (at most as many again): room
+/// for handshakes the protocol is refusing, with a code, while the address's sockets fill its
+/// cap. A refused handshake's connection is closed at once, so this much is enough; without
+/// it the client of a full address would get a bare HTTP 403 instead of
+/// `too-many-connections`.
+export const handshakeHeadroom = 16;
+
+/// The most connections `maxConnectionsPerIp` lets one address hold (0: no limit).
+export function connectionsPerAddress(maxConnectionsPerIp: number): number {
+  if (maxConnectionsPerIp === 0) return 0;
+  return maxConnectionsPerIp + Math.min(maxConnectionsPerIp, handshakeHeadroom);
 }
 
 /// A handshake `allowRequest` let through is counted at once: Engine.IO makes the connection
@@ -41,7 +59,7 @@ const pendingForgetMs = 10_000;
 
 /// What each Engine.IO connection may cost before the protocol sees anything of it. Counted
 /// from its first request, whether or not it ever connects a Socket.io namespace: its place
-/// under `maxConnectionsPerIp` (by the address `address` names, the same as the protocol's
+/// under `connectionsPerAddress` (by the address `address` names, the same as the protocol's
 /// caps use) and `maxConnections` in all; then a budget of frames and bytes per second, charged
 /// for every frame it sends (any event, valid or not) on Engine.IO's `packet` event, before
 /// Socket.io decodes it. A connection over its budget is sent `closing {code: 'rate-limited'}`
@@ -55,11 +73,14 @@ export class EngineGuard {
   private readonly engines = new WeakSet<object>();
   /// The protocol's sockets on each connection: those told why it closes.
   private readonly sockets = new WeakMap<object, Set<ScriptoriumSocket>>();
+  private readonly perAddressCap: number;
 
   constructor(
     private readonly limits: EngineLimits,
     private readonly address: (request: IncomingMessage) => string,
-  ) {}
+  ) {
+    this.perAddressCap = connectionsPerAddress(limits.maxConnectionsPerIp);
+  }
 
   /// Guards `io`'s Engine.IO server: its `allowRequest` (the host's own, if any, asked first)
   /// refuses a handshake over the caps with HTTP 403, and every connection is counted and
@@ -112,7 +133,7 @@ export class EngineGuard {
     this.forgetPending(now);
     const address = this.address(req);
     const from = this.perAddress.get(address) ?? 0;
-    if (this.limits.maxConnectionsPerIp > 0 && from >= this.limits.maxConnectionsPerIp) {
+    if (this.perAddressCap > 0 && from >= this.perAddressCap) {
       return 'too-many-connections: too many connections from this address';
     }
     if (this.limits.maxConnections > 0 && this.total >= this.limits.maxConnections) {
@@ -159,7 +180,17 @@ export class EngineGuard {
       this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
       this.total++;
     }
-    conn.once('close', () => this.release(address));
+    // Socket.io closes a connection that connected no namespace in `handshakeTimeoutMs`
+    // (`connectTimeout`, set by the collab), but a polling transport then waits for the
+    // client's next request to say so, up to Engine.IO's 30 s `closeTimeout`: one whose client
+    // never polls again is closed here without waiting.
+    const timer = setTimeout(() => {
+      if (conn.readyState === 'closing') conn.transport?.shouldClose?.();
+    }, this.limits.handshakeTimeoutMs + 1);
+    conn.once('close', () => {
+      clearTimeout(timer);
+      this.release(address);
+    });
     const limits = this.limits;
     if (limits.framesPerSecond === 0 && limits.frameBytesPerSecond === 0) return;
     const budget = new FrameBudget(limits, performance.now());
