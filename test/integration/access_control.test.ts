@@ -260,9 +260,10 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       will.emit('presence', at('Will'));
       watcher.emit('presence', at('Wanda'));
       await new Promise((resolve) => setTimeout(resolve, 300));
-      // Will's caret, relayed and told to the watcher as a newcomer; never the reader's.
+      // Will's caret, relayed and told to the watcher as a newcomer; never the reader's. The
+      // name shown is the user's, not the one sent.
       assert.ok(seen.length > 0, 'the writer`s presence');
-      assert.deepEqual(new Set(seen), new Set(['will-1:Will']));
+      assert.deepEqual(new Set(seen), new Set(['will-1:will']));
     } finally {
       for (const socket of [rita, will, watcher]) socket.close();
     }
@@ -295,7 +296,7 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       const at = (name: string) => ({ version: 0, anchor: 1, head: 1, name, color: '#112233' });
       rita.emit('presence', at('Rita'));
       await delay(150);
-      assert.equal(shown.get('will-2'), 'Rita');
+      assert.equal(shown.get('will-2'), 'rita', 'shown by its user name');
       // The writer who owns the id arrives, shows his caret, and leaves.
       const will = await connect(server, 'ghost', {
         clientID: 'will-2',
@@ -304,7 +305,7 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       assert.ok((await ask<SyncAnswer>(will, 'join', {})).ok);
       will.emit('presence', at('Will'));
       await delay(150);
-      assert.equal(shown.get('will-2'), 'Will');
+      assert.equal(shown.get('will-2'), 'will');
       will.close();
       // Rita's presence is not shown under the writer's id any more, so nothing stands for
       // the caret on screen: it goes.
