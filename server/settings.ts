@@ -252,7 +252,7 @@ export const settings = {
     2_000,
     [0, 10_000_000],
     'limit',
-    'sockets open from one client address (`too-many-connections`; `0`: no limit)',
+    'sockets, and Engine.IO connections from their first request, open from one client address (`too-many-connections`; `0`: no limit)',
   ),
   maxSocketsPerClient: whole(
     'MAX_SOCKETS_PER_CLIENT',

@@ -6,7 +6,8 @@ import { pino } from 'pino';
 import { EditorState } from 'prosemirror-state';
 import { Server } from 'socket.io';
 import { io as connect, type Socket } from 'socket.io-client';
-import { emptyDoc, type StepsAnswer, type SyncAnswer } from '../../schema/index.js';
+import { emptyDoc } from '../../schema/index.js';
+import { type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import {
   createCollab,
   type Authenticate,

@@ -5,12 +5,8 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
 import type { Socket } from 'socket.io-client';
-import {
-  emptyDoc,
-  type ClosingNotice,
-  type StepsAnswer,
-  type SyncAnswer,
-} from '../../schema/index.js';
+import { emptyDoc } from '../../schema/index.js';
+import { type ClosingNotice, type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { startServer, type TestServer } from '../support/server.js';
 import { ask, rawSocket } from '../support/socket.js';
 

@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import { pino } from 'pino';
 import { Server } from 'socket.io';
 import { io as connect, type Socket } from 'socket.io-client';
-import type { PresenceBroadcast, SyncAnswer } from '../../schema/index.js';
+import type { PresenceBroadcast, SyncAnswer } from '../../schema/events.js';
 import { createCollab, type Authenticate } from '../../server/index.js';
 import { ask } from '../support/socket.js';
 
