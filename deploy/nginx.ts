@@ -182,7 +182,7 @@ ${forwarded}
 /// as an id can hold. Not one map per ':': nginx refuses to evaluate variables nested about
 /// 100 deep (an error, "cycle while evaluating variable", and an empty key). The chain runs
 /// only for a value with a '%' in it. Other escapes are not decoded: the nodes refuse a `doc`
-/// with any (see the handshake check in server/protocol/connection.ts), as they refuse a
+/// with any (see `spellingProblem` in server/protocol/requests.ts), as they refuse a
 /// second `doc` key in any letter case (`$arg_doc` is the first key named so in any case,
 /// Engine.IO's the last spelled `doc`).
 function docKeyMaps(): string {

@@ -296,7 +296,12 @@ export function createCollab(options: CollabOptions = {}): Collab {
         io.connectTimeout(config.handshakeTimeoutMs);
       }
       stops.push(
-        attachProtocol(nsp, rooms, log, isDraining, observer, {
+        attachProtocol({
+          io: nsp,
+          rooms,
+          log,
+          draining: isDraining,
+          observer,
           json: {
             maxDepth: config.maxJsonDepth,
             maxBytes: config.maxMessageBytes,

@@ -31,9 +31,9 @@ interface Counted {
 const counted = new WeakMap<ScriptoriumSocket, Counted>();
 
 /// Bytes the server holds for `socket` that its client has not read yet (estimated: string
-/// packets count their length). Each packet is counted once: walking a slow reader's whole
-/// queue on every sweep cost the sweep more than its interval with a few thousand of them
-/// (2,000 sockets of ~35,000 small packets each: 280 ms every 250 ms).
+/// packets count their length). Each packet is counted once: a slow reader's queue grows
+/// until it is dropped, and walking every such queue whole on every sweep would let the sweep
+/// outlast its interval once a few thousand sockets lag.
 export function bufferedBytes(socket: ScriptoriumSocket): number {
   const engine = socket.conn as unknown as EngineSocket;
   let bytes = engine.transport?.socket?.bufferedAmount ?? 0;

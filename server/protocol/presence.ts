@@ -29,9 +29,10 @@ const presences = new WeakMap<ScriptoriumSocket, SocketPresence>();
 
 /// Handles the `presence` event of one socket: validates it (a malformed one or one sent before
 /// `join` gets a `protocol-error` with code `bad-request` and counts as one through
-/// `onMalformed`), relays it to the rest of the document's room as `{clientID, name, color, version, anchor, head}` at most once per
-/// `presenceIntervalMs` (extra updates are dropped, but the latest one is always delivered when
-/// the window ends), and emits `presence-leave` to the room when the socket disconnects.
+/// `onMalformed`), relays it to the rest of the document's room as
+/// `{clientID, name, color, version, anchor, head}` at most once per `presenceIntervalMs`
+/// (extra updates are dropped, but the latest one is always delivered when the window ends),
+/// and emits `presence-leave` to the room when the socket disconnects.
 ///
 /// A newcomer learns who is there without anyone being asked: the server keeps the last relayed
 /// presence of each connected socket in memory, and answers a socket's first presence with the
@@ -75,61 +76,80 @@ export function attachPresence(
         presences.set(socket, presence);
         introduce(io, socket, mayShow);
       }
-      // The monotonic clock: a step of the wall clock back would hold updates that long.
-      const now = performance.now();
-      if (presence.timer === null && now - presence.lastSentAt >= presenceIntervalMs) {
-        relay(socket, presence, broadcast, now);
-        return;
-      }
-      presence.waiting = broadcast;
-      if (presence.timer === null) {
-        const state = presence;
-        state.timer = setTimeout(
-          () => {
-            state.timer = null;
-            try {
-              if (state.waiting && socket.connected && mayShow(socket))
-                relay(socket, state, state.waiting, performance.now());
-            } catch (err) {
-              // A timer's throw would end the process; a lost cursor update costs nothing.
-              log.error({ err, doc: socket.data.docId }, 'presence relay failed');
-            }
-          },
-          presenceIntervalMs - (now - presence.lastSentAt),
-        );
-      }
+      throttle(socket, presence, broadcast, log, mayShow);
     }),
   );
 
   socket.on(
     'disconnect',
-    guarded(socket, 'disconnect', log, () => {
-      const presence = presences.get(socket);
-      if (!presence) return;
-      presences.delete(socket);
-      if (presence.timer !== null) clearTimeout(presence.timer);
-      const docId = socket.data.docId;
-      const clientID = socket.data.clientID;
-      // A client that reconnected may have a new socket here before the server noticed the old
-      // one was gone (a dropped network is only detected by the ping timeout): its cursor must
-      // not vanish for everyone when the old socket finally leaves. Only a socket whose cursor
-      // others see counts: a reader that showed itself under this id before a writer took it
-      // is shown no longer, and would keep the writer's cursor on screen after it left.
-      for (const other of roomSockets(io, docId)) {
-        if (
-          other !== socket &&
-          other.data.clientID === clientID &&
-          presences.get(other)?.sent &&
-          mayShow(other)
-        )
-          return;
-      }
-      // The socket has already left its rooms by now, so this reaches only the others.
-      io.to(roomOf(docId)).emit('presence-leave', { clientID });
-    }),
+    guarded(socket, 'disconnect', log, () => leave(io, socket, mayShow)),
   );
 }
 
+/// Relays `broadcast` now when the socket's throttle window is over, or keeps it as the one
+/// to relay when the window ends (replacing any kept before).
+function throttle(
+  socket: ScriptoriumSocket,
+  presence: SocketPresence,
+  broadcast: PresenceBroadcast,
+  log: Logger,
+  mayShow: (socket: ScriptoriumSocket) => boolean,
+): void {
+  // The monotonic clock: a step of the wall clock back would hold updates that long.
+  const now = performance.now();
+  if (presence.timer === null && now - presence.lastSentAt >= presenceIntervalMs) {
+    relay(socket, presence, broadcast, now);
+    return;
+  }
+  presence.waiting = broadcast;
+  if (presence.timer !== null) return;
+  presence.timer = setTimeout(
+    () => {
+      presence.timer = null;
+      try {
+        if (presence.waiting && socket.connected && mayShow(socket))
+          relay(socket, presence, presence.waiting, performance.now());
+      } catch (err) {
+        // A timer's throw would end the process; a lost cursor update costs nothing.
+        log.error({ err, doc: socket.data.docId }, 'presence relay failed');
+      }
+    },
+    presenceIntervalMs - (now - presence.lastSentAt),
+  );
+}
+
+/// Forgets a disconnected socket's presence and tells its room `presence-leave`, unless
+/// another socket shown under the same client id is still there.
+function leave(
+  io: ScriptoriumNamespace,
+  socket: ScriptoriumSocket,
+  mayShow: (socket: ScriptoriumSocket) => boolean,
+): void {
+  const presence = presences.get(socket);
+  if (!presence) return;
+  presences.delete(socket);
+  if (presence.timer !== null) clearTimeout(presence.timer);
+  const docId = socket.data.docId;
+  const clientID = socket.data.clientID;
+  // A client that reconnected may have a new socket here before the server noticed the old
+  // one was gone (a dropped network is only detected by the ping timeout): its cursor must
+  // not vanish for everyone when the old socket finally leaves. Only a socket whose cursor
+  // others see counts: a reader that showed itself under this id before a writer took it
+  // is not shown, and would keep the writer's cursor on screen after it left.
+  for (const other of roomSockets(io, docId)) {
+    if (
+      other !== socket &&
+      other.data.clientID === clientID &&
+      presences.get(other)?.sent &&
+      mayShow(other)
+    )
+      return;
+  }
+  // The socket has already left its rooms by now, so this reaches only the others.
+  io.to(roomOf(docId)).emit('presence-leave', { clientID });
+}
+
+/// Sends `broadcast` to the rest of the socket's room and remembers it as the last relayed.
 function relay(
   socket: ScriptoriumSocket,
   presence: SocketPresence,

@@ -4,9 +4,9 @@ import type { ClientToServerEvents, ServerToClientEvents } from '../../schema/ev
 import type { Room } from '../rooms/room.js';
 import type { TokenBucket } from './token_bucket.js';
 
-// The socket types every part of the protocol shares, kept apart from the handlers so that
-// presence, the payload gate and the outbound checks need not import the connection module
-// (which imports them).
+// The socket types every part of the protocol shares (the handshake, the handlers, presence,
+// the payload gate, the outbound checks), kept apart from all of them so that none imports
+// another for its types.
 
 /// What the server keeps on each socket.
 export interface SocketData {
