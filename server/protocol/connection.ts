@@ -4,8 +4,6 @@ import type { ProtocolOptions } from './options.js';
 import type { ScriptoriumSocket } from './socket.js';
 import { startSweeper } from './sweeper.js';
 
-export type { ProtocolOptions } from './options.js';
-
 /// Wires the protocol onto `options.io`: the handshake (document id from `query.doc`, client
 /// id from `auth.clientID`, the host's `authenticate`, the caps per address, client id and
 /// user; refused `shutting-down` while `options.draining()`), the `join`, `pull`, `steps` and

@@ -27,6 +27,7 @@ const events: ReadonlySet<unknown> = new Set(['join', 'pull', 'steps', 'presence
 export function attachHandlers(options: ProtocolOptions, socket: ScriptoriumSocket): void {
   const { io, log, owners } = options;
   const strikeIt = (): void => strike(socket, options);
+  // First, so no handler (presence's included) ever sees a payload over the limits.
   socket.use(payloadGate(socket, options.json, strikeIt));
   attachPresence(io, socket, log, strikeIt, (shown) => {
     // A reader binds no client id, so it may have connected with one a writer took since:
@@ -81,6 +82,7 @@ function onJoin(options: ProtocolOptions, socket: ScriptoriumSocket): (...args: 
     if (hasExpired(socket.data)) return ack(refusal('unauthorized', tokenExpired));
     const limited = overRate(socket.data.pulls);
     if (limited) return ack(limited);
+    // A second join answers like a pull.
     if (socket.data.room) {
       return answerJoined(options, socket, socket.data.room, request, answer, 'join');
     }

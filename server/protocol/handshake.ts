@@ -32,8 +32,9 @@ interface Handshake {
 
 /// Installs the handshake middleware on `options.io`: a handshake is checked, identified by
 /// the host's `authenticate` (when there is one) and admitted, or refused with its code as
-/// its `connect_error`. A throw in any step, the host's included, is logged and refused
-/// `internal`, never left to Socket.io (which would answer with the error's own message).
+/// its `connect_error`. The host's own errors are answered as `identify` says; a throw of
+/// ours in `check`, or in `admit` after `authenticate`, is logged and refused `internal`
+/// rather than answered with the error's own message.
 export function attachHandshake(options: ProtocolOptions): void {
   const { io, log, authenticate } = options;
   io.use((socket, done) => {

@@ -25,14 +25,18 @@ export interface ProtocolOptions {
   observer: BatchObserver | null;
   /// Bounds of every incoming payload (message bytes, JSON depth, string length).
   json: Readonly<JsonLimits>;
+  /// The caps on connections and documents and the handshake and creation rates (one for
+  /// every namespace of a collab, so a client cannot pass them by using another).
   admission: Admission;
   /// Client ids bound to users (one for every namespace of a collab, as `admission` is).
   owners: ClientOwners;
   /// The connections' counts and frame budgets (one per collab, as `admission` is): told of
   /// every socket admitted, so that a connection closed over budget tells it why.
   guard: EngineGuard;
+  /// Each socket's bucket of `steps` batches: refilled at this rate, holding this many.
   batchesPerSecond: number;
   batchesBurst: number;
+  /// Each socket's bucket of `join` and `pull` requests.
   pullsPerSecond: number;
   pullsBurst: number;
   /// Malformed messages a socket may send in a burst: the count at which it is closed.

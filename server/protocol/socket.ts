@@ -57,6 +57,8 @@ export interface Identity {
 /// (`unauthorized`; an error whose `code` is `'forbidden'` for a document out of scope).
 export type Authenticate = (context: AuthenticateContext) => Identity | Promise<Identity>;
 
+/// The Socket.io server a collab is attached to, typed with the protocol's events and
+/// `SocketData`.
 export type ScriptoriumServer = Server<
   ClientToServerEvents,
   ServerToClientEvents,
