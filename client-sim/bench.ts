@@ -25,7 +25,7 @@ const usage = `Usage: npm run bench -- [options]
                      (default all)
   --server-env K=V   extra environment for every server child, repeatable (after each run's
                      own, e.g. MAX_REBASE_STEPS=0 for reference-strict); K must be a setting
-                     the server reads (README's table) or NODE_OPTIONS and the like
+                     the server reads (docs/configuration.md) or NODE_OPTIONS and the like
   --seed N           seed (default 1)
   --help             show this text
 `;
