@@ -1,82 +1,23 @@
 import { cpus, platform, release } from 'node:os';
 import type { DocJSON } from '../schema/protocol.js';
-import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
 import { validateOptions, workersFor, type SwarmOptions } from './options.js';
 import { Random } from './random.js';
-import {
-  fetchDocument,
-  fetchServerWindows,
-  probeServer,
-  type ServerWindow,
-} from './server_http.js';
+import { fetchDocument, fetchServerWindows, probeServer } from './server_http.js';
 import type { EditorCheck, SliceEditorSpec, SlicePlan } from './slice.js';
+import {
+  addInto,
+  mergeHistograms,
+  mergeWindows,
+  summarise,
+  type LatencySummary,
+  type ServerSteady,
+  type SteadySummary,
+  type SwarmWindow,
+} from './level_windows.js';
 import { SliceHandle } from './slice_handle.js';
 import type { SliceTotals, SliceWindow } from './window_recorder.js';
 
-/// Latency percentiles in milliseconds, from one merged HDR histogram.
-export interface LatencySummary {
-  count: number;
-  p50Ms: number;
-  p90Ms: number;
-  p99Ms: number;
-  maxMs: number;
-}
-
-/// One wall-clock window of a level, all slices merged, next to the server's window with the
-/// same start (null when the server has none or offers no metrics).
-export interface SwarmWindow {
-  startMs: number;
-  endMs: number;
-  /// Closed early (the level stopped inside it) or begun before editing started.
-  partial: boolean;
-  /// Counted in the level's steady figures: complete, inside the editing time, after warm-up.
-  steady: boolean;
-  connected: number;
-  edits: number;
-  sends: number;
-  /// Steps in the `steps` messages sent.
-  stepsSent: number;
-  confirmed: number;
-  dropped: number;
-  refusals: Record<string, number>;
-  reconnects: number;
-  broadcasts: number;
-  editsPerSec: number;
-  confirmedPerSec: number;
-  /// Refused `steps` messages as a share of those sent, 0–1.
-  refusalShare: number;
-  latency: LatencySummary | null;
-  server: Omit<ServerWindow, 'raw'> | null;
-}
-
-/// The server's view of a level's steady windows: mean rates, and the median over windows of
-/// each window's percentile (the server sends percentiles, which cannot be merged exactly).
-export interface ServerSteady {
-  windows: number;
-  acceptedPerSec: number | null;
-  receivedPerSec: number | null;
-  p90Ms: number | null;
-  p99Ms: number | null;
-  maxMs: number | null;
-  rejections: Record<string, number>;
-}
-
-/// The figures of a level over its steady windows.
-export interface SteadySummary {
-  windows: number;
-  /// Edits offered: editors times their drawn rates.
-  offeredPerSec: number;
-  /// Edits made (the people's timers fired and they edited); below `offeredPerSec` when the
-  /// simulator could not keep up with its own schedule.
-  editsPerSec: number;
-  sendsPerSec: number;
-  confirmedPerSec: number;
-  latency: LatencySummary | null;
-  refusalShare: number;
-  refusalShares: Record<string, number>;
-  reconnects: number;
-  server: ServerSteady | null;
-}
+export type { LatencySummary, ServerSteady, SteadySummary, SwarmWindow };
 
 /// How a level went: `steady` when at least 90% of the edits made were confirmed within the
 /// steady windows and the client p99 stayed under a second; `overloaded` otherwise; `diverged`
@@ -179,12 +120,65 @@ export async function runSwarm(
   };
 }
 
+/// Runs level `index`: connects its sockets, lets them edit for the duration, drains and checks
+/// them, then merges their windows with the server's. Throws when sockets cannot join.
 async function runLevel(
   options: Readonly<SwarmOptions>,
   index: number,
   tag: string,
   onProgress: (progress: SwarmProgress) => void,
 ): Promise<{ level: LevelResult; metrics: boolean }> {
+  const editors = options.levels[index]!;
+  const { docIds, specs, offeredPerSec } = levelSpecs(options, index, tag);
+  const workers = workersFor(specs.length, options.workers);
+  const handles = plan(options, specs, workers).map((slicePlan) =>
+    workers === 0 ? SliceHandle.local(slicePlan) : SliceHandle.worker(slicePlan),
+  );
+  const collected: SliceWindow[] = [];
+  const progress = progressReporter(handles, collected, options, index, onProgress);
+  const run = await driveLevel(handles, options, specs.length, docIds, progress);
+
+  const spanMs = Date.now() - run.startedAtMs;
+  const serverWindows = await fetchServerWindows(
+    options.url,
+    Math.min(360, Math.ceil(spanMs / 10_000) + 6),
+  );
+  const windows = mergeWindows(collected, options, run.startedAtMs, run.stoppedAtMs, serverWindows);
+  const levelTotals = totalsOf(run.totals, windows);
+  const steady = summarise(windows, collected, options, offeredPerSec);
+  const convergence = convergenceOf(run.checks);
+  const fullEditors = specs.filter((spec) => spec.kind === 'full').length;
+  const level: LevelResult = {
+    editors,
+    lightEditors: editors - fullEditors,
+    fullEditors,
+    observers: options.observers,
+    documents: options.docs,
+    workers,
+    rttMs: options.rttMs,
+    ratePerSec: options.ratePerSec,
+    docIds,
+    startedAtMs: run.startedAtMs,
+    stoppedAtMs: run.stoppedAtMs,
+    windows,
+    steady,
+    totals: levelTotals,
+    windowsAddUp: windowsAddUp(windows, levelTotals),
+    undrained: run.undrained,
+    convergence,
+    state: levelState(convergence, steady, options.windowMs),
+  };
+  return { level, metrics: serverWindows !== null };
+}
+
+/// The sockets of level `index`: `levels[index]` editors dealt over fresh documents, the
+/// first `fullPerDoc` of each document full editors, each with a rate drawn within ±20% of
+/// `ratePerSec`, then the observers. `offeredPerSec` is the sum of the drawn rates.
+function levelSpecs(
+  options: Readonly<SwarmOptions>,
+  index: number,
+  tag: string,
+): { docIds: string[]; specs: SliceEditorSpec[]; offeredPerSec: number } {
   const editors = options.levels[index]!;
   const random = new Random(options.seed * 7919 + index);
   const docIds = Array.from({ length: options.docs }, (_, d) => `sim-${tag}-${index}-${d}`);
@@ -214,11 +208,20 @@ async function runLevel(
       seed: (options.seed * 31 + j) >>> 0,
     });
   }
-  const workers = workersFor(specs.length, options.workers);
-  const handles = plan(options, specs, workers).map((slicePlan) =>
-    workers === 0 ? SliceHandle.local(slicePlan) : SliceHandle.worker(slicePlan),
-  );
-  const collected: SliceWindow[] = [];
+  return { docIds, specs, offeredPerSec };
+}
+
+type Progress = (phase: SwarmProgress['phase'], elapsedSec: number) => void;
+
+/// Collects every window the slices send into `collected`, and returns a function that
+/// reports a phase to `onProgress` with the rates of the last window all slices closed.
+function progressReporter(
+  handles: readonly SliceHandle[],
+  collected: SliceWindow[],
+  options: Readonly<SwarmOptions>,
+  index: number,
+  onProgress: (progress: SwarmProgress) => void,
+): Progress {
   let lastWindow: { startMs: number; windows: SliceWindow[] } | null = null;
   for (const handle of handles) {
     handle.onWindow((window) => {
@@ -228,14 +231,14 @@ async function runLevel(
       } else if (window.startMs === lastWindow.startMs) lastWindow.windows.push(window);
     });
   }
-  const progress = (phase: SwarmProgress['phase'], elapsedSec: number) => {
+  return (phase, elapsedSec) => {
     const last = lastWindow as { windows: SliceWindow[] } | null;
     const merged = last ? mergeHistograms(last.windows) : null;
     const edits = last ? last.windows.reduce((sum, w) => sum + w.edits, 0) : 0;
     onProgress({
       level: index + 1,
       levels: options.levels.length,
-      editors,
+      editors: options.levels[index]!,
       phase,
       elapsedSec,
       durationSec: options.durationSec,
@@ -243,44 +246,60 @@ async function runLevel(
       p99Ms: merged && merged.count > 0 ? merged.percentile(99) / 1000 : null,
     });
   };
+}
 
-  const checks: EditorCheck[] = [];
-  let totals: SliceTotals[] = [];
-  let undrained = 0;
-  let startedAtMs = 0;
-  let stoppedAtMs = 0;
+/// What the slices answered over one level.
+interface LevelRun {
+  checks: EditorCheck[];
+  totals: SliceTotals[];
+  undrained: number;
+  startedAtMs: number;
+  stoppedAtMs: number;
+}
+
+/// Takes the slices through a level: connect, start at a common time, stop after the
+/// duration and drain, check every document against the server's settled one, and close them
+/// whatever happened. Throws when any socket cannot join.
+async function driveLevel(
+  handles: readonly SliceHandle[],
+  options: Readonly<SwarmOptions>,
+  sockets: number,
+  docIds: readonly string[],
+  progress: Progress,
+): Promise<LevelRun> {
+  const run: LevelRun = { checks: [], totals: [], undrained: 0, startedAtMs: 0, stoppedAtMs: 0 };
   try {
     progress('connecting', 0);
-    const connectTimeoutMs = 30_000 + specs.length * 20;
+    const connectTimeoutMs = 30_000 + sockets * 20;
     for (const handle of handles) handle.send({ type: 'connect', timeoutMs: connectTimeoutMs });
     const connected = await Promise.all(handles.map((handle) => handle.reply('connected')));
     const failures = connected.flatMap((answer) => answer.failures);
     if (failures.length > 0) {
       throw new Error(
-        `${failures.length} of ${specs.length} sockets could not join: ${failures
+        `${failures.length} of ${sockets} sockets could not join: ${failures
           .slice(0, 3)
           .join('; ')}`,
       );
     }
-    startedAtMs = startTime(options);
-    for (const handle of handles) handle.send({ type: 'start', atMs: startedAtMs });
-    stoppedAtMs = startedAtMs + options.durationSec * 1000;
+    run.startedAtMs = startTime(options);
+    for (const handle of handles) handle.send({ type: 'start', atMs: run.startedAtMs });
+    run.stoppedAtMs = run.startedAtMs + options.durationSec * 1000;
     const ticker = setInterval(
-      () => progress('editing', Math.max(0, (Date.now() - startedAtMs) / 1000)),
+      () => progress('editing', Math.max(0, (Date.now() - run.startedAtMs) / 1000)),
       1000,
     );
-    await sleepUntil(stoppedAtMs);
+    await sleepUntil(run.stoppedAtMs);
     clearInterval(ticker);
     progress('draining', options.durationSec);
     for (const handle of handles) handle.send({ type: 'stop', drainTimeoutMs: 15_000 });
     const stopped = await Promise.all(handles.map((handle) => handle.reply('stopped')));
-    totals = stopped.map((answer) => answer.totals);
-    undrained = stopped.reduce((sum, answer) => sum + answer.undrained, 0);
+    run.totals = stopped.map((answer) => answer.totals);
+    run.undrained = stopped.reduce((sum, answer) => sum + answer.undrained, 0);
     progress('checking', options.durationSec);
-    const docs = await settledDocuments(options.url, docIds, undrained > 0 ? 20_000 : 0);
+    const docs = await settledDocuments(options.url, docIds, run.undrained > 0 ? 20_000 : 0);
     for (const handle of handles) handle.send({ type: 'check', docs, timeoutMs: 20_000 });
     for (const answer of await Promise.all(handles.map((handle) => handle.reply('checked')))) {
-      checks.push(...answer.checks);
+      run.checks.push(...answer.checks);
     }
   } finally {
     for (const handle of handles) handle.send({ type: 'close' });
@@ -291,17 +310,15 @@ async function runLevel(
     );
     await Promise.all(handles.map((handle) => handle.terminate()));
   }
+  return run;
+}
 
-  const spanMs = Date.now() - startedAtMs;
-  const serverWindows = await fetchServerWindows(
-    options.url,
-    Math.min(360, Math.ceil(spanMs / 10_000) + 6),
-  );
-  const windows = mergeWindows(collected, options, startedAtMs, stoppedAtMs, serverWindows);
+/// The slices' running totals summed, with the refusals by code summed over `windows`.
+function totalsOf(totals: readonly SliceTotals[], windows: readonly SwarmWindow[]) {
   const sum = (pick: (t: SliceTotals) => number) => totals.reduce((s, t) => s + pick(t), 0);
   const refusalsByCode: Record<string, number> = {};
   for (const window of windows) addInto(refusalsByCode, window.refusals);
-  const levelTotals = {
+  return {
     edits: sum((t) => t.edits),
     sends: sum((t) => t.sends),
     confirmed: sum((t) => t.confirmed),
@@ -310,46 +327,31 @@ async function runLevel(
     reconnects: sum((t) => t.reconnects),
     refusalsByCode,
   };
+}
+
+/// Whether the windows' edits, sends, confirmations and drops sum to the slices' totals.
+function windowsAddUp(windows: readonly SwarmWindow[], totals: SliceTotals): boolean {
   const windowSum = (pick: (w: SwarmWindow) => number) => windows.reduce((s, w) => s + pick(w), 0);
-  const windowsAddUp =
-    windowSum((w) => w.edits) === levelTotals.edits &&
-    windowSum((w) => w.sends) === levelTotals.sends &&
-    windowSum((w) => w.confirmed) === levelTotals.confirmed &&
-    windowSum((w) => w.dropped) === levelTotals.dropped;
-  const steady = summarise(windows, collected, options, offeredPerSec);
-  const convergence = convergenceOf(checks);
-  const fullEditors = specs.filter((spec) => spec.kind === 'full').length;
-  const level: LevelResult = {
-    editors,
-    lightEditors: editors - fullEditors,
-    fullEditors,
-    observers: options.observers,
-    documents: options.docs,
-    workers,
-    rttMs: options.rttMs,
-    ratePerSec: options.ratePerSec,
-    docIds,
-    startedAtMs,
-    stoppedAtMs,
-    windows,
-    steady,
-    totals: levelTotals,
-    windowsAddUp,
-    undrained,
-    convergence,
-    state:
-      convergence.failures.length > 0
-        ? 'diverged'
-        : steady.windows === 0
-          ? 'too-short'
-          : generatorLimited(steady, options.windowMs)
-            ? 'generator-limited'
-            : steady.confirmedPerSec >= 0.9 * steady.editsPerSec &&
-                (steady.latency === null || steady.latency.p99Ms <= 1000)
-              ? 'steady'
-              : 'overloaded',
-  };
-  return { level, metrics: serverWindows !== null };
+  return (
+    windowSum((w) => w.edits) === totals.edits &&
+    windowSum((w) => w.sends) === totals.sends &&
+    windowSum((w) => w.confirmed) === totals.confirmed &&
+    windowSum((w) => w.dropped) === totals.dropped
+  );
+}
+
+/// The level's state from its checks and steady figures, as `LevelState` describes.
+function levelState(
+  convergence: Convergence,
+  steady: Readonly<SteadySummary>,
+  windowMs: number,
+): LevelState {
+  if (convergence.failures.length > 0) return 'diverged';
+  if (steady.windows === 0) return 'too-short';
+  if (generatorLimited(steady, windowMs)) return 'generator-limited';
+  const keptUp = steady.confirmedPerSec >= 0.9 * steady.editsPerSec;
+  const fast = steady.latency === null || steady.latency.p99Ms <= 1000;
+  return keptUp && fast ? 'steady' : 'overloaded';
 }
 
 /// The server's documents, read once their versions stop moving: when the drain gave up with
@@ -437,157 +439,6 @@ function startTime(options: Readonly<SwarmOptions>): number {
   let boundary = Math.ceil(now / options.windowMs) * options.windowMs;
   if (boundary - now < 500) boundary += options.windowMs;
   return boundary;
-}
-
-function mergeWindows(
-  collected: readonly SliceWindow[],
-  options: Readonly<SwarmOptions>,
-  startedAtMs: number,
-  stoppedAtMs: number,
-  serverWindows: ServerWindow[] | null,
-): SwarmWindow[] {
-  const groups = new Map<number, SliceWindow[]>();
-  for (const window of collected) {
-    // Windows that ended before editing began saw nothing but connecting sockets.
-    if (window.endMs <= startedAtMs && window.edits === 0 && window.dropped === 0) continue;
-    const group = groups.get(window.startMs);
-    if (group) group.push(window);
-    else groups.set(window.startMs, [window]);
-  }
-  const server = new Map<number, ServerWindow>();
-  for (const window of serverWindows ?? []) server.set(window.startMs, window);
-  const starts = [...groups.keys()].sort((a, b) => a - b);
-  let complete = 0;
-  return starts.map((startMs) => {
-    const group = groups.get(startMs)!;
-    const endMs = Math.max(...group.map((w) => w.endMs));
-    const partial = group.some((w) => w.partial) || startMs < startedAtMs;
-    let steady = false;
-    if (!partial && endMs <= stoppedAtMs) {
-      complete++;
-      steady = complete > options.warmupWindows;
-    }
-    const seconds = Math.max(0.001, (endMs - startMs) / 1000);
-    const sum = (pick: (w: SliceWindow) => number) => group.reduce((s, w) => s + pick(w), 0);
-    const refusals: Record<string, number> = {};
-    for (const window of group) addInto(refusals, window.refusals);
-    const sends = sum((w) => w.sends);
-    const refused = Object.values(refusals).reduce((s, n) => s + n, 0);
-    const matched = server.get(startMs);
-    let serverView: Omit<ServerWindow, 'raw'> | null = null;
-    if (matched) {
-      const { raw: _raw, ...rest } = matched;
-      serverView = rest;
-    }
-    return {
-      startMs,
-      endMs,
-      partial,
-      steady,
-      connected: sum((w) => w.connected),
-      edits: sum((w) => w.edits),
-      sends,
-      stepsSent: sum((w) => w.stepsSent),
-      confirmed: sum((w) => w.confirmed),
-      dropped: sum((w) => w.dropped),
-      refusals,
-      reconnects: sum((w) => w.reconnects),
-      broadcasts: sum((w) => w.broadcasts),
-      editsPerSec: round(sum((w) => w.edits) / seconds),
-      confirmedPerSec: round(sum((w) => w.confirmed) / seconds),
-      refusalShare: sends === 0 ? 0 : round(refused / sends, 4),
-      latency: latencyOf(mergeHistograms(group)),
-      server: serverView,
-    };
-  });
-}
-
-function summarise(
-  windows: readonly SwarmWindow[],
-  collected: readonly SliceWindow[],
-  options: Readonly<SwarmOptions>,
-  offeredPerSec: number,
-): SteadySummary {
-  const steady = windows.filter((window) => window.steady);
-  const starts = new Set(steady.map((window) => window.startMs));
-  const seconds = Math.max(0.001, (steady.length * options.windowMs) / 1000);
-  const sum = (pick: (w: SwarmWindow) => number) => steady.reduce((s, w) => s + pick(w), 0);
-  const refusals: Record<string, number> = {};
-  for (const window of steady) addInto(refusals, window.refusals);
-  const sends = sum((w) => w.sends);
-  const refusalShares: Record<string, number> = {};
-  for (const [code, count] of Object.entries(refusals)) {
-    refusalShares[code] = sends === 0 ? 0 : round(count / sends, 4);
-  }
-  const refused = Object.values(refusals).reduce((s, n) => s + n, 0);
-  return {
-    windows: steady.length,
-    offeredPerSec: round(offeredPerSec),
-    editsPerSec: round(sum((w) => w.edits) / seconds),
-    sendsPerSec: round(sends / seconds),
-    confirmedPerSec: round(sum((w) => w.confirmed) / seconds),
-    // Merge the raw histograms of the steady windows: percentiles of percentiles would lie.
-    latency: latencyOf(mergeHistograms(collected.filter((w) => starts.has(w.startMs)))),
-    refusalShare: sends === 0 ? 0 : round(refused / sends, 4),
-    refusalShares,
-    reconnects: sum((w) => w.reconnects),
-    server: serverSteady(steady),
-  };
-}
-
-function serverSteady(steady: readonly SwarmWindow[]): ServerSteady | null {
-  const matched = steady.map((window) => window.server).filter((w) => w !== null);
-  if (matched.length === 0) return null;
-  const values = (pick: (w: Omit<ServerWindow, 'raw'>) => number | null) =>
-    matched.map(pick).filter((value): value is number => value !== null);
-  const mean = (list: number[]) =>
-    list.length === 0 ? null : round(list.reduce((s, v) => s + v, 0) / list.length);
-  const rejections: Record<string, number> = {};
-  for (const window of matched) addInto(rejections, window.rejections);
-  const maxes = values((w) => w.maxMs);
-  return {
-    windows: matched.length,
-    acceptedPerSec: mean(values((w) => w.acceptedPerSec)),
-    receivedPerSec: mean(values((w) => w.receivedPerSec)),
-    p90Ms: median(values((w) => w.p90Ms)),
-    p99Ms: median(values((w) => w.p99Ms)),
-    maxMs: maxes.length === 0 ? null : Math.max(...maxes),
-    rejections,
-  };
-}
-
-function mergeHistograms(windows: readonly SliceWindow[]): RecordableHistogram {
-  const merged = createHistogram();
-  for (const window of windows) merged.add(window.latencyUs);
-  return merged;
-}
-
-function latencyOf(histogram: RecordableHistogram): LatencySummary | null {
-  if (histogram.count === 0) return null;
-  return {
-    count: histogram.count,
-    p50Ms: round(histogram.percentile(50) / 1000, 3),
-    p90Ms: round(histogram.percentile(90) / 1000, 3),
-    p99Ms: round(histogram.percentile(99) / 1000, 3),
-    maxMs: round(histogram.max / 1000, 3),
-  };
-}
-
-/// The median of a few per-window values (at most a few hundred: sorting them is fine).
-function median(values: number[]): number | null {
-  if (values.length === 0) return null;
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid]! : round((sorted[mid - 1]! + sorted[mid]!) / 2, 3);
-}
-
-function addInto(target: Record<string, number>, source: Record<string, number>): void {
-  for (const [key, value] of Object.entries(source)) target[key] = (target[key] ?? 0) + value;
-}
-
-function round(value: number, digits = 2): number {
-  const scale = 10 ** digits;
-  return Math.round(value * scale) / scale;
 }
 
 /// Resolves once `Date.now()` has reached `atMs`. A timer set for `atMs - Date.now()` can fire
