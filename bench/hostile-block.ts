@@ -4,7 +4,8 @@ import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { parseEnvPairs, startServerProcess } from '../client-sim/server_process.js';
 import { loadConfig, type Config } from '../server/config.js';
-import { allCases, growDocs, sleep, type Case, type CaseContext } from './hostile_cases.js';
+import { allCases } from './hostile_cases.js';
+import { growDocs, sleep, type Case, type CaseContext } from './hostile_docs.js';
 import type { ProbeReading } from './loop_probe.js';
 import { median } from './measured_run.js';
 

@@ -1,143 +1,29 @@
-import type { Socket } from 'socket.io-client';
 import type { StepJSON, StepsAnswer, SyncAnswer } from '../schema/events.js';
-import type { Config } from '../server/config.js';
-import {
-  ask,
-  gateBytes,
-  HostileDoc,
-  openSocket,
-  outcomeOf,
-  repeatShape,
-  type GrowthShape,
-} from './hostile_client.js';
+import { docId, sleep, type Case, type CaseContext } from './hostile_docs.js';
+import { ask, gateBytes, HostileDoc, openSocket, outcomeOf } from './hostile_client.js';
+import { fit, jsonDepth, nestedArrays, sendFrame, typing } from './hostile_payloads.js';
 
 // The worst messages a client may send at the server's limits, for `bench/hostile-block.ts`.
 // Each case has an unmeasured `prepare` (connect, grow or touch a document) and a measured
-// `run` that sends the message(s) and resolves with the outcome once answered.
-//
-// The documents are grown to the limits by the hostile client itself, with pastes just under
-// `maxMessageBytes` (halved whenever one is refused), as an attacker would:
-// - A: empty paragraphs (~21 bytes, 2 positions each) all inside one blockquote: the longest
-//   list of children, so that every step copies the longest fragment; the blockquote lets a
-//   lift/wrap pair leave the document as it was. Its growth stops when even a one-paragraph
-//   paste takes longer than `maxApplyMs`, which may come before `maxDocBytes`.
-// - N: empty paragraphs in blockquotes of 256, up to `maxDocBytes`: the most nodes a
-//   document may hold, for everything that walks the whole document (serialise, parse, check).
-// - B: one-character paragraphs (~60 bytes) in blockquotes of 256, up to `maxDocBytes`: the
-//   most text nodes for a mark to touch.
-// - C: paragraphs of control characters (U+0001), which the size estimate counts as one byte
-//   each and JSON writes as six (`\u0001`): the largest JSON a document within limits has.
-
-/// The documents, by letter.
-export type DocName = 'a' | 'n' | 'b' | 'c';
-
-/// What the cases share within one repetition (one server child).
-export interface CaseContext {
-  url: string;
-  config: Readonly<Config>;
-  docs: Partial<Record<DocName, HostileDoc>>;
-  /// Sockets opened by a `prepare`, used by its `run`, closed after the case.
-  sockets: Socket[];
-  /// `/healthz` documents count before the last socket of N left (see `leave-snapshot`).
-  documentsBeforeLeave: number | null;
-  /// Whether the last attempt to make a new version of N was accepted.
-  touched: boolean;
-  /// The pass (1: every case runs in code the server has not run yet; 2: again, warm), which
-  /// names the documents, so that a pass starts from new ones.
-  pass: number;
-}
-
-/// The id of document `name` in this pass.
-function docId(ctx: CaseContext, name: string): string {
-  return `p${ctx.pass}-hostile-${name}`;
-}
-
-/// One case: what it sends, and on which document.
-export interface Case {
-  name: string;
-  /// Documents it needs grown first.
-  needs: DocName[];
-  /// The table's description.
-  what: string;
-  prepare?: (ctx: CaseContext) => Promise<void>;
-  run: (ctx: CaseContext) => Promise<string>;
-  /// How long to keep watching after the answer (work the server does after answering).
-  settleMs?: number;
-}
-
-// Small enough that one group fits the smallest message limits worth trying (64 KiB).
-const groupSize = 256;
-
-/// Grows the documents `needs` names that are not grown yet; logs what each became.
-export async function growDocs(
-  ctx: CaseContext,
-  needs: readonly DocName[],
-  log: (line: string) => void,
-): Promise<void> {
-  const maxBytes = ctx.config.maxMessageBytes;
-  if (needs.includes('a') && !ctx.docs.a) {
-    const a = await HostileDoc.open(ctx.url, docId(ctx, 'a'), 'mallory-a');
-    const wrapped = await a.send([
-      {
-        stepType: 'replace',
-        from: 0,
-        to: 2,
-        slice: { content: [{ type: 'blockquote', content: [{ type: 'paragraph' }] }] },
-      },
-    ]);
-    if (!wrapped.ok) throw new Error(`hostile-a: ${wrapped.code}`);
-    a.size = 4;
-    const shape = repeatShape({ type: 'paragraph' }, 2, maxBytes);
-    const sent = await a.grow(shape, () => a.size - 1, 4096);
-    const paragraphs = (a.size - 2) / 2;
-    log(
-      `A: ${paragraphs} empty paragraphs in one blockquote (~${mib(paragraphs * 21)} MiB), ${sent} pastes`,
-    );
-    ctx.docs.a = a;
-  }
-  if (needs.includes('n') && !ctx.docs.n) {
-    const n = await HostileDoc.open(ctx.url, docId(ctx, 'n'), 'mallory-n');
-    const group = { type: 'blockquote', content: new Array(groupSize).fill({ type: 'paragraph' }) };
-    const sent = await n.grow(repeatShape(group, 2 + 2 * groupSize, maxBytes), () => n.size, 64);
-    const paragraphs = 1 + ((n.size - 2) / (2 + 2 * groupSize)) * groupSize;
-    log(
-      `N: ${paragraphs} empty paragraphs in blockquotes of ${groupSize} (~${mib(paragraphs * 21)} MiB), ${sent} pastes`,
-    );
-    ctx.docs.n = n;
-  }
-  if (needs.includes('b') && !ctx.docs.b) {
-    const b = await HostileDoc.open(ctx.url, docId(ctx, 'b'), 'mallory-b');
-    const paragraph = { type: 'paragraph', content: [{ type: 'text', text: 'x' }] };
-    const group = { type: 'blockquote', content: new Array(groupSize).fill(paragraph) };
-    const sent = await b.grow(repeatShape(group, 2 + 3 * groupSize, maxBytes), () => b.size, 32);
-    const paragraphs = ((b.size - 2) / (2 + 3 * groupSize)) * groupSize;
-    log(
-      `B: ${paragraphs} one-character paragraphs in blockquotes of ${groupSize} (~${mib(paragraphs * 60)} MiB), ${sent} pastes`,
-    );
-    ctx.docs.b = b;
-  }
-  if (needs.includes('c') && !ctx.docs.c) {
-    const c = await HostileDoc.open(ctx.url, docId(ctx, 'c'), 'mallory-c');
-    // Each character is six bytes on the wire: the engine's frame cap (2 × maxMessageBytes)
-    // binds before the gate's estimate does.
-    const shape: GrowthShape = {
-      unit: (n) => ({
-        content: [{ type: 'paragraph', content: [{ type: 'text', text: '\u0001'.repeat(n) }] }],
-        positions: n + 2,
-      }),
-      maxN: Math.min(maxBytes - 512, Math.floor((2 * maxBytes - 4096) / 6)),
-    };
-    const sent = await c.grow(shape, () => c.size, shape.maxN);
-    log(
-      `C: ${c.size} positions of control characters (~${mib(6 * c.size)} MiB of JSON), ${sent} pastes`,
-    );
-    ctx.docs.c = c;
-  }
-}
+// `run` that sends the message(s) and resolves with the outcome once answered. The documents
+// they run on are described in `hostile_docs.ts`.
 
 /// Every case, in the order one repetition runs them (later ones on A depend on earlier ones
 /// having left it grown; `replace-all` empties it and comes last).
 export function allCases(): Case[] {
+  return [
+    ...frameCases(),
+    ...stepCases(),
+    ...documentACases(),
+    ...markCases(),
+    ...joinCases(),
+    ...historyCases(),
+    ...lifecycleCases(),
+  ];
+}
+
+/// Frames at the engine's cap: nested to the depth limit, one past it, and one wide object.
+function frameCases(): Case[] {
   return [
     {
       name: 'frame-depth-128',
@@ -178,6 +64,13 @@ export function allCases(): Case[] {
         );
       },
     },
+  ];
+}
+
+/// Single messages at the step limits on new documents: the largest insert, the deepest
+/// slice, the longest rebase.
+function stepCases(): Case[] {
+  return [
     {
       name: 'insert-1mib',
       needs: [],
@@ -247,6 +140,12 @@ export function allCases(): Case[] {
         return outcomeOf(await ask<StepsAnswer>(ctx.sockets[1]!, 'steps', { version: 0, steps }));
       },
     },
+  ];
+}
+
+/// Batches of as many steps as fit on A, each pair leaving it as it was.
+function documentACases(): Case[] {
+  return [
     {
       name: 'tiny-steps',
       needs: ['a'],
@@ -303,6 +202,12 @@ export function allCases(): Case[] {
         return outcomeOf(await a.send(fit(ctx.config, steps)));
       },
     },
+  ];
+}
+
+/// Marks over the whole of B.
+function markCases(): Case[] {
+  return [
     {
       name: 'addmark-strong',
       needs: ['b'],
@@ -327,6 +232,12 @@ export function allCases(): Case[] {
       },
       settleMs: 1000,
     },
+  ];
+}
+
+/// Joins and pulls of the whole of N.
+function joinCases(): Case[] {
+  return [
     {
       name: 'join',
       needs: ['n'],
@@ -372,6 +283,12 @@ export function allCases(): Case[] {
         );
       },
     },
+  ];
+}
+
+/// The longest history a pull may answer with, HTTP reads of N, and a join of C.
+function historyCases(): Case[] {
+  return [
     {
       name: 'pull-history',
       needs: [],
@@ -431,6 +348,12 @@ export function allCases(): Case[] {
       run: async (ctx) => outcomeOf(await ask<SyncAnswer>(ctx.sockets[0]!, 'join', {})),
       settleMs: 1000,
     },
+  ];
+}
+
+/// N leaving memory and coming back, then replaced whole (empties it: runs last).
+function lifecycleCases(): Case[] {
+  return [
     {
       name: 'leave-snapshot',
       needs: ['n'],
@@ -490,55 +413,6 @@ export function allCases(): Case[] {
   ];
 }
 
-/// The longest even-length prefix of `steps` (the cases send steps in pairs that undo each
-/// other) whose message stays within `maxMessageBytes`: as many as a client may send at once.
-function fit(config: Readonly<Config>, steps: StepJSON[]): StepJSON[] {
-  let bytes = gateBytes({ version: 0, steps: [] });
-  let count = 0;
-  while (count < steps.length) {
-    bytes += gateBytes(steps[count]) + 1;
-    if (bytes > config.maxMessageBytes) break;
-    count++;
-  }
-  return steps.slice(0, count - (count % 2));
-}
-
-/// Sends `{version: 0, steps: [item, item, …]}` in one frame just under the engine's cap.
-async function sendFrame(ctx: CaseContext, item: unknown): Promise<string> {
-  const each = JSON.stringify(item).length + 1;
-  const count = Math.floor((2 * ctx.config.maxMessageBytes - 4096) / each);
-  const steps = new Array(count).fill(item);
-  return outcomeOf(await ask<StepsAnswer>(ctx.sockets[0]!, 'steps', { version: 0, steps }));
-}
-
-/// `[[[…]]]`, `levels` arrays deep.
-function nestedArrays(levels: number): unknown {
-  let value: unknown[] = [];
-  for (let i = 1; i < levels; i++) value = [value];
-  return value;
-}
-
-function jsonDepth(value: unknown): number {
-  if (typeof value !== 'object' || value === null) return 0;
-  let deepest = 0;
-  for (const child of Object.values(value)) deepest = Math.max(deepest, jsonDepth(child));
-  return deepest + 1;
-}
-
-/// `count` steps typing `char` one after another in the first paragraph, from its offset `at`.
-function typing(count: number, char: string, at = 0): StepJSON[] {
-  const steps: StepJSON[] = [];
-  for (let i = at; i < at + count; i++) {
-    steps.push({
-      stepType: 'replace',
-      from: 1 + i,
-      to: 1 + i,
-      slice: { content: [{ type: 'text', text: char }] },
-    });
-  }
-  return steps;
-}
-
 /// Tries to make a new version of N without changing it: its first paragraph (top level, at
 /// 0) replaced by an equal one, in one step. Tries three times (`maxApplyMs` on a busy
 /// machine) and returns whether it was accepted.
@@ -553,10 +427,7 @@ async function touch(n: HostileDoc): Promise<boolean> {
   return false;
 }
 
-function mib(bytes: number): string {
-  return (bytes / 2 ** 20).toFixed(2);
-}
-
+/// `count` GETs of N at once; the distinct outcomes, joined by `/`.
 async function httpGets(ctx: CaseContext, count: number): Promise<string> {
   const url = new URL(`/docs/${docId(ctx, 'n')}`, ctx.url).toString();
   const statuses = await Promise.all(
@@ -569,16 +440,14 @@ async function httpGets(ctx: CaseContext, count: number): Promise<string> {
   return distinct(statuses);
 }
 
+/// The documents in the server's memory, as `/healthz` counts them.
 async function documentsLoaded(url: string): Promise<number> {
   const response = await fetch(new URL('/healthz', url));
   const body = (await response.json()) as { documents: number };
   return body.documents;
 }
 
+/// The distinct values, in first-seen order, joined by `/`.
 function distinct(values: readonly string[]): string {
   return [...new Set(values)].join('/');
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
