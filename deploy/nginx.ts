@@ -37,24 +37,14 @@ const colonsPerMap = 8;
 /// the documents of its part of the ring. Both are hashed as the decoded id, which the path
 /// is already (nginx decodes it before matching a location): `doc` has its `%3A`s decoded (see
 /// `docKeyMaps`), the only escapes the nodes accept in it, and the `/docs/` location matches as
-/// express routes (any letter case, an optional trailing slash). A node that refuses connections or times out is
-/// marked failed for `failTimeoutSec` (passive health: `max_fails=1`) and the request goes to
-/// the next node on the ring (`proxy_next_upstream`), which takes the document's lease once the
-/// dead node's expires. `/metrics…` and `/dashboard…` answer 404 at the gateway (each node is
-/// scraped directly). Everything else (the web editor, health) goes to any node.
+/// express routes (any letter case, an optional trailing slash). A node that refuses
+/// connections or times out is marked failed for `failTimeoutSec` (passive health:
+/// `max_fails=1`) and the request goes to the next node on the ring (`proxy_next_upstream`),
+/// which takes the document's lease once the dead node's expires. `/metrics…` and `/dashboard…` answer 404 at the gateway (each node is
+/// scraped directly). Everything else (the web editor, health) goes to any node. Throws a
+/// TypeError for invalid options (see `checkOptions`).
 export function renderNginxConfig(options: GatewayOptions): string {
-  if (options.nodes.length === 0) throw new TypeError('the gateway needs at least one node');
-  for (const node of options.nodes) {
-    if (!nodePattern.test(node)) throw new TypeError(`not a host:port: ${node}`);
-  }
-  if (!/^([A-Za-z0-9.-]+:)?\d{1,5}$/.test(options.listen)) {
-    throw new TypeError(`not a listen address: ${options.listen}`);
-  }
-  if (/[\s;{}'"]/.test(options.prefix)) throw new TypeError(`unsafe prefix: ${options.prefix}`);
-  const trusted = options.trustForwardedFrom ?? [];
-  for (const proxy of trusted) {
-    if (!addressPattern.test(proxy)) throw new TypeError(`not an address or CIDR range: ${proxy}`);
-  }
+  checkOptions(options);
   // The client's address for the nodes (their per-address caps, their logs): the gateway
   // replaces any X-Forwarded-For with it instead of appending to what the client sent, since
   // the nodes trust the gateway's network, which can hold the address a client seems to come
@@ -62,21 +52,13 @@ export function renderNginxConfig(options: GatewayOptions): string {
   // appended header would let such a client name any address it likes. Behind a trusted
   // proxy, nginx's realip module takes the client from that proxy's header first.
   // In every proxied location, since a location with any proxy_set_header of its own inherits
-  // none from the server block (nginx's rule; they were once set there, and the nodes got
+  // none from the server block (nginx's rule): set there, the nodes would get
   // `Host: scriptorium_documents`, refusing every browser's Origin, and the client's own
-  // X-Forwarded-For). $http_host keeps the port: the nodes compare the browser's Origin with it.
+  // X-Forwarded-For. $http_host keeps the port: the nodes compare the browser's Origin with it.
   const forwarded = `      proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $remote_addr;
       proxy_set_header X-Forwarded-Proto $scheme;`;
-  const realIp =
-    trusted.length === 0
-      ? ''
-      : `
-  # The client as named by the proxies in front (rightmost address not among them).
-${trusted.map((proxy) => `  set_real_ip_from ${proxy};`).join('\n')}
-  real_ip_header X-Forwarded-For;
-  real_ip_recursive on;
-`;
+  const realIp = realIpBlock(options.trustForwardedFrom ?? []);
   const failTimeout = options.failTimeoutSec ?? 10;
   const servers = (extra: string) =>
     options.nodes.map((node) => `    server ${node}${extra};`).join('\n');
@@ -121,7 +103,45 @@ ${servers(` max_fails=1 fail_timeout=${failTimeout}s`)}
     keepalive 16;
   }
 
-  server {
+${serverBlock(options, forwarded)}
+}
+`;
+}
+
+/// Throws a TypeError for options that would render a broken or unsafe nginx.conf: no node,
+/// a node or listen address that is not `host:port`, a prefix with nginx syntax in it, a
+/// trusted proxy that is not an address or CIDR range.
+function checkOptions(options: GatewayOptions): void {
+  if (options.nodes.length === 0) throw new TypeError('the gateway needs at least one node');
+  for (const node of options.nodes) {
+    if (!nodePattern.test(node)) throw new TypeError(`not a host:port: ${node}`);
+  }
+  if (!/^([A-Za-z0-9.-]+:)?\d{1,5}$/.test(options.listen)) {
+    throw new TypeError(`not a listen address: ${options.listen}`);
+  }
+  if (/[\s;{}'"]/.test(options.prefix)) throw new TypeError(`unsafe prefix: ${options.prefix}`);
+  for (const proxy of options.trustForwardedFrom ?? []) {
+    if (!addressPattern.test(proxy)) throw new TypeError(`not an address or CIDR range: ${proxy}`);
+  }
+}
+
+/// The realip directives taking the client from the trusted proxies' X-Forwarded-For; empty
+/// when no proxy is trusted.
+function realIpBlock(trusted: readonly string[]): string {
+  if (trusted.length === 0) return '';
+  return `
+  # The client as named by the proxies in front (rightmost address not among them).
+${trusted.map((proxy) => `  set_real_ip_from ${proxy};`).join('\n')}
+  real_ip_header X-Forwarded-For;
+  real_ip_recursive on;
+`;
+}
+
+/// The gateway's server block: Socket.io and `GET /docs/:id` to the document's node, metrics
+/// and the dashboard refused, everything else to any node. `forwarded` holds the headers every
+/// proxied location sets.
+function serverBlock(options: GatewayOptions, forwarded: string): string {
+  return `  server {
     listen ${options.listen};
 
     proxy_http_version 1.1;
@@ -168,9 +188,7 @@ ${forwarded}
 ${forwarded}
       proxy_set_header Connection "";
     }
-  }
-}
-`;
+  }`;
 }
 
 /// The maps that make a Socket.io request's hash key, `$scriptorium_query_doc`: `doc`'s value
