@@ -32,9 +32,9 @@ const stackDepths: number[] = [];
 /// otherwise: strings count their UTF-16 length plus quotes (not their escapes, nor the extra
 /// bytes of UTF-8), numbers their digits, keys their length plus quotes and colon, and the
 /// commas between items. Never above, because clients size their batches by the JSON they send
-/// (the reference client keeps a batch under 90% of the limit): an estimate that counted every
-/// number as 8 bytes refused an honest backlog of short steps as `too-large`, each refusal a
-/// strike, until the socket was closed `too-many-errors`. Only the values JSON can carry are
+/// (the reference client keeps a batch under 90% of the limit): an estimate above the truth
+/// would refuse an honest backlog of short steps as `too-large`, each refusal a strike, until
+/// the socket is closed `too-many-errors`. Only the values JSON can carry are
 /// accepted: anything else (a Buffer from a binary packet, a function) is `bad-request`.
 /// Walking stops at the first limit crossed, so refusing a huge value costs no more than the
 /// limit.
@@ -60,13 +60,7 @@ export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonM
       textKey = false;
       switch (typeof item) {
         case 'string':
-          if (!isText && item.length > limits.maxStringBytes) {
-            return {
-              ok: false,
-              code: 'too-large',
-              message: `A string of ${item.length} characters exceeds the limit of ${limits.maxStringBytes}`,
-            };
-          }
+          if (!isText && item.length > limits.maxStringBytes) return stringTooLong(item, limits);
           bytes += item.length + 2;
           break;
         case 'number':
@@ -80,13 +74,7 @@ export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonM
             bytes += 4;
             break;
           }
-          if (depth > limits.maxDepth) {
-            return {
-              ok: false,
-              code: 'too-deep',
-              message: `The message is nested deeper than ${limits.maxDepth} levels`,
-            };
-          }
+          if (depth > limits.maxDepth) return tooDeep(limits);
           if (Array.isArray(item)) {
             // Brackets and the commas between items.
             bytes += item.length === 0 ? 2 : 1 + item.length;
@@ -120,13 +108,7 @@ export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonM
         default:
           return { ok: false, code: 'bad-request', message: `A ${typeof item} is not JSON` };
       }
-      if (bytes > limits.maxBytes) {
-        return {
-          ok: false,
-          code: 'too-large',
-          message: `The message is larger than ${limits.maxBytes} bytes`,
-        };
-      }
+      if (bytes > limits.maxBytes) return tooLarge(limits);
     }
     return { ok: true, bytes };
   } finally {
@@ -136,6 +118,32 @@ export function measureJson(value: unknown, limits: Readonly<JsonLimits>): JsonM
 }
 
 const textKeyMarker = Symbol('text');
+
+// The refusals, built only on the way out of a walk that crossed a limit.
+
+function stringTooLong(item: string, limits: Readonly<JsonLimits>): JsonMeasure {
+  return {
+    ok: false,
+    code: 'too-large',
+    message: `A string of ${item.length} characters exceeds the limit of ${limits.maxStringBytes}`,
+  };
+}
+
+function tooDeep(limits: Readonly<JsonLimits>): JsonMeasure {
+  return {
+    ok: false,
+    code: 'too-deep',
+    message: `The message is nested deeper than ${limits.maxDepth} levels`,
+  };
+}
+
+function tooLarge(limits: Readonly<JsonLimits>): JsonMeasure {
+  return {
+    ok: false,
+    code: 'too-large',
+    message: `The message is larger than ${limits.maxBytes} bytes`,
+  };
+}
 
 /// The length of `n` in JSON: counted without making a string for the common case, a
 /// non-negative integer (positions, versions, levels).
