@@ -37,7 +37,21 @@ interface Row {
   run: MeasuredRun;
 }
 
-async function main(): Promise<number> {
+/// The run's settings from the command line.
+interface Settings {
+  editorCounts: number[];
+  intervals: number[];
+  docs: number;
+  rounds: number;
+  duration: number;
+  rtt: number;
+  seed: number;
+  env: Record<string, string>;
+}
+
+/// The settings from the command line; null when `--help` was asked (usage printed). Throws
+/// for a value out of range.
+function parseOptions(): Settings | null {
   const { values } = parseArgs({
     args: process.argv.slice(2),
     strict: true,
@@ -55,7 +69,7 @@ async function main(): Promise<number> {
   });
   if (values.help) {
     process.stdout.write(usage);
-    return 0;
+    return null;
   }
   const list = (name: string, text: string, min: number) =>
     text.split(',').map((part) => {
@@ -74,9 +88,25 @@ async function main(): Promise<number> {
   const [seed] = list('seed', values.seed, 0);
   const env = parseEnvPairs(values.env, '--env');
 
+  return {
+    editorCounts,
+    intervals,
+    docs: docs!,
+    rounds: rounds!,
+    duration: duration!,
+    rtt: rtt!,
+    seed: seed!,
+    env,
+  };
+}
+
+/// Every run, editor count by editor count, each round with the intervals rotated; logs a
+/// line per run as it ends.
+async function runAll(settings: Settings): Promise<Row[]> {
+  const { editorCounts, intervals, docs, rounds, duration, rtt, seed, env } = settings;
   const rows: Row[] = [];
   for (const editors of editorCounts) {
-    for (let round = 0; round < rounds!; round++) {
+    for (let round = 0; round < rounds; round++) {
       // Rotate the order each round: 0,10,20 then 10,20,0 then 20,0,10 ...
       const order = intervals.map((_, i) => intervals[(i + round) % intervals.length]!);
       for (const interval of order) {
@@ -85,18 +115,18 @@ async function main(): Promise<number> {
           { ...env, FLUSH_INTERVAL_MS: String(interval) },
           {
             levels: [editors],
-            docs: docs!,
+            docs,
             ratePerSec: 5,
-            durationSec: duration!,
+            durationSec: duration,
             warmupWindows: 1,
-            rttMs: rtt!,
-            seed: seed! + round,
+            rttMs: rtt,
+            seed: seed + round,
           },
         );
         rows.push({ editors, interval, run });
         console.log(
           `${run.label}: ${fixed(perEdit(run), 0)} µs/edit, ${fixed(
-            perDelivery(run, editors / docs!),
+            perDelivery(run, editors / docs),
             2,
           )} µs/delivery, ${fixed(framesPerEdit(run), 2)} frames/edit, ${fixed(
             run.confirmedEdits / run.steadySec,
@@ -111,7 +141,12 @@ async function main(): Promise<number> {
       }
     }
   }
+  return rows;
+}
 
+/// The table of medians over the rounds, one row per editor count and interval.
+function printTable(rows: readonly Row[], settings: Settings): void {
+  const { editorCounts, intervals, docs } = settings;
   console.log('');
   console.log(
     '| Editors | FLUSH_INTERVAL_MS | CPU per edit | CPU per delivery | Broadcast frames per edit | Edits/s | Client p50 | Client p99 | Refused |',
@@ -125,7 +160,7 @@ async function main(): Promise<number> {
       const med = (pick: (run: MeasuredRun) => number | null) => median(runs.map(pick));
       console.log(
         `| ${editors} | ${interval} | ${fixed(med(perEdit), 0)} µs | ${fixed(
-          med((run) => perDelivery(run, editors / docs!)),
+          med((run) => perDelivery(run, editors / docs)),
           2,
         )} µs | ${fixed(med(framesPerEdit), 2)} | ${fixed(
           med((run) => run.confirmedEdits / run.steadySec),
@@ -143,6 +178,10 @@ async function main(): Promise<number> {
       );
     }
   }
+}
+
+/// Per editor count, CPU per edit fitted to a line in broadcast frames per edit.
+function printFits(rows: readonly Row[], editorCounts: readonly number[]): void {
   for (const editors of editorCounts) {
     const points = rows
       .filter((row) => row.editors === editors)
@@ -161,6 +200,14 @@ async function main(): Promise<number> {
       );
     }
   }
+}
+
+async function main(): Promise<number> {
+  const settings = parseOptions();
+  if (!settings) return 0;
+  const rows = await runAll(settings);
+  printTable(rows, settings);
+  printFits(rows, settings.editorCounts);
   return rows.some((row) => !row.run.converged) ? 1 : 0;
 }
 

@@ -1,10 +1,15 @@
-import { createHistogram } from 'node:perf_hooks';
+import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { EditorState } from 'prosemirror-state';
 import { io, type Socket } from 'socket.io-client';
 import { Step } from 'prosemirror-transform';
 import { schema } from '../schema/index.js';
-import { type StepsAnswer, type StepsBroadcast, type SyncAnswer } from '../schema/events.js';
+import {
+  type DocJSON,
+  type StepsAnswer,
+  type StepsBroadcast,
+  type SyncAnswer,
+} from '../schema/events.js';
 import {
   cpuProbeArgs,
   parseEnvPairs,
@@ -42,7 +47,14 @@ function socketFor(url: string, clientID: string, readOnly: boolean): Socket {
   });
 }
 
-async function main(): Promise<number> {
+/// The run's settings from the command line; null when `--help` was asked (usage printed).
+/// Throws for a value out of range.
+function parseOptions(): {
+  observers: number;
+  rate: number;
+  duration: number;
+  env: Record<string, string>;
+} | null {
   const { values } = parseArgs({
     args: process.argv.slice(2),
     strict: true,
@@ -56,7 +68,7 @@ async function main(): Promise<number> {
   });
   if (values.help) {
     process.stdout.write(usage);
-    return 0;
+    return null;
   }
   const observers = Number(values.observers);
   const rate = Number(values.rate);
@@ -65,8 +77,109 @@ async function main(): Promise<number> {
   if (!(rate > 0)) throw new Error('--rate: a positive number');
   if (!Number.isInteger(duration) || duration < 10) throw new Error('--duration: at least 10');
   const env = { MAX_CONNECTIONS_PER_IP: '0', ...parseEnvPairs(values.env, '--env') };
+  return { observers, rate, duration, env };
+}
 
-  const server = await startServerProcess(env, { nodeArgs: cpuProbeArgs, ipc: true });
+/// What the observers saw: when each version was made, and while `counting`, the delay of
+/// every broadcast that reached one.
+interface Propagation {
+  us: RecordableHistogram;
+  made: Map<number, number>;
+  counting: boolean;
+  deliveries: number;
+  missing: number;
+}
+
+/// Connects `observers` read-only sockets (into `sockets`) in groups of 50, so that the
+/// handshakes do not all land at once, each recording into `propagation`. Throws when one
+/// cannot join.
+async function joinObservers(
+  url: string,
+  observers: number,
+  sockets: Socket[],
+  propagation: Propagation,
+): Promise<void> {
+  for (let i = 0; i < observers; i += 50) {
+    const group: Promise<unknown>[] = [];
+    for (let j = i; j < Math.min(observers, i + 50); j++) {
+      const socket = socketFor(url, `observer-${j}`, true);
+      sockets.push(socket);
+      socket.on('steps', (message: StepsBroadcast) => {
+        if (!propagation.counting) return;
+        const at = propagation.made.get(message.version);
+        if (at === undefined) {
+          propagation.missing++;
+          return;
+        }
+        propagation.deliveries++;
+        propagation.us.record(Math.max(1, Math.round((performance.now() - at) * 1000)));
+      });
+      group.push(ask<SyncAnswer>(socket, 'join', {}, answerMs));
+    }
+    const answers = (await Promise.all(group)) as SyncAnswer[];
+    if (answers.some((answer) => !answer.ok)) throw new Error('an observer could not join');
+  }
+}
+
+/// What the writer did.
+interface WriterCounts {
+  edits: number;
+  refused: number;
+  skipped: number;
+}
+
+/// Starts the writer on its joined socket: one insert per beat at `rate` per second, the next
+/// one after its answer came back, each version's moment noted in `made`. Returns its counts
+/// and the function that stops it.
+function startWriter(
+  writer: Socket,
+  joined: { doc: DocJSON; version: number },
+  rate: number,
+  made: Map<number, number>,
+): { counts: WriterCounts; stop: () => void } {
+  let state = EditorState.create({ doc: schema.nodeFromJSON(joined.doc) });
+  let version = joined.version;
+  writer.on('steps', (message: StepsBroadcast) => {
+    for (const json of message.steps) {
+      const result = Step.fromJSON(schema, json).apply(state.doc);
+      if (result.doc) state = EditorState.create({ doc: result.doc, selection: state.selection });
+    }
+    version = message.version;
+  });
+  const counts: WriterCounts = { edits: 0, refused: 0, skipped: 0 };
+  let inFlight = false;
+  const beat = setInterval(() => {
+    // One batch in flight, as an editor has: a beat that finds the last one unanswered is
+    // skipped (and counted), so each version maps to the moment of its edit.
+    if (inFlight) {
+      counts.skipped++;
+      return;
+    }
+    inFlight = true;
+    // Somewhere in the first paragraph (the new document's only block), which grows by a
+    // character per edit.
+    const room = state.doc.firstChild!.content.size;
+    const tr = state.tr.insertText('x', 1 + Math.floor(Math.random() * Math.min(room + 1, 5)));
+    made.set(version + tr.steps.length, performance.now());
+    counts.edits++;
+    void ask<StepsAnswer>(
+      writer,
+      'steps',
+      { version, steps: tr.steps.map((step) => step.toJSON()) },
+      answerMs,
+    ).then((answer) => {
+      inFlight = false;
+      if (!answer.ok) counts.refused++;
+    });
+  }, 1000 / rate);
+  return { counts, stop: () => clearInterval(beat) };
+}
+
+async function main(): Promise<number> {
+  const options = parseOptions();
+  if (!options) return 0;
+  const { observers, rate, duration } = options;
+  const server = await startServerProcess(options.env, { nodeArgs: cpuProbeArgs, ipc: true });
   const cpu = new ProbeCpuSamples(server.child);
   const sockets: Socket[] = [];
   try {
@@ -74,99 +187,43 @@ async function main(): Promise<number> {
     sockets.push(writer);
     const joined = await ask<SyncAnswer>(writer, 'join', {}, answerMs);
     if (!joined.ok || !('doc' in joined)) throw new Error('the writer could not join');
-    let state = EditorState.create({ doc: schema.nodeFromJSON(joined.doc) });
-    let version = joined.version;
 
-    // Connect the observers in groups, so that the handshakes do not all land at once.
-    const propagationUs = createHistogram();
-    const made = new Map<number, number>();
-    let counting = false;
-    let deliveries = 0;
-    let missing = 0;
-    for (let i = 0; i < observers; i += 50) {
-      const group: Promise<unknown>[] = [];
-      for (let j = i; j < Math.min(observers, i + 50); j++) {
-        const socket = socketFor(server.url, `observer-${j}`, true);
-        sockets.push(socket);
-        socket.on('steps', (message: StepsBroadcast) => {
-          if (!counting) return;
-          const at = made.get(message.version);
-          if (at === undefined) {
-            missing++;
-            return;
-          }
-          deliveries++;
-          propagationUs.record(Math.max(1, Math.round((performance.now() - at) * 1000)));
-        });
-        group.push(ask<SyncAnswer>(socket, 'join', {}, answerMs));
-      }
-      const answers = (await Promise.all(group)) as SyncAnswer[];
-      if (answers.some((answer) => !answer.ok)) throw new Error('an observer could not join');
-    }
+    const propagation: Propagation = {
+      us: createHistogram(),
+      made: new Map(),
+      counting: false,
+      deliveries: 0,
+      missing: 0,
+    };
+    await joinObservers(server.url, observers, sockets, propagation);
     console.log(`${observers} observers joined`);
 
-    // The writer: one insert per beat, the next one after its broadcast came back.
-    writer.on('steps', (message: StepsBroadcast) => {
-      for (const json of message.steps) {
-        const result = Step.fromJSON(schema, json).apply(state.doc);
-        if (result.doc) state = EditorState.create({ doc: result.doc, selection: state.selection });
-      }
-      version = message.version;
-    });
-    let edits = 0;
-    let refused = 0;
-    let skipped = 0;
-    let inFlight = false;
-    const beat = setInterval(() => {
-      // One batch in flight, as an editor has: a beat that finds the last one unanswered is
-      // skipped (and counted), so each version maps to the moment of its edit.
-      if (inFlight) {
-        skipped++;
-        return;
-      }
-      inFlight = true;
-      // Somewhere in the first paragraph (the new document's only block), which grows by a
-      // character per edit.
-      const room = state.doc.firstChild!.content.size;
-      const tr = state.tr.insertText('x', 1 + Math.floor(Math.random() * Math.min(room + 1, 5)));
-      const moment = performance.now();
-      made.set(version + tr.steps.length, moment);
-      edits++;
-      void ask<StepsAnswer>(
-        writer,
-        'steps',
-        { version, steps: tr.steps.map((step) => step.toJSON()) },
-        answerMs,
-      ).then((answer) => {
-        inFlight = false;
-        if (!answer.ok) refused++;
-      });
-    }, 1000 / rate);
+    const { counts, stop } = startWriter(writer, joined, rate, propagation.made);
     await new Promise((resolve) => setTimeout(resolve, 5000));
-    counting = true;
+    propagation.counting = true;
     const fromMs = Date.now();
     await new Promise((resolve) => setTimeout(resolve, (duration - 5) * 1000));
-    clearInterval(beat);
+    stop();
     await new Promise((resolve) => setTimeout(resolve, 2000));
-    counting = false;
+    propagation.counting = false;
     const toMs = Date.now() - 2000;
     await cpu.stop();
     const cpuMs = cpu.cpuMsBetween(fromMs, toMs);
-    const pct = (p: number) =>
-      propagationUs.count === 0 ? null : propagationUs.percentile(p) / 1000;
+    const us = propagation.us;
+    const pct = (p: number) => (us.count === 0 ? null : us.percentile(p) / 1000);
     console.log(
-      `${observers} observers, writer at ${rate}/s: ${edits} edits (${refused} refused, ${skipped} beats skipped), ${deliveries} deliveries counted, ${missing} unmatched`,
+      `${observers} observers, writer at ${rate}/s: ${counts.edits} edits (${counts.refused} refused, ${counts.skipped} beats skipped), ${propagation.deliveries} deliveries counted, ${propagation.missing} unmatched`,
     );
     console.log(
       `propagation p50/p90/p99/max ${fixed(pct(50), 1)}/${fixed(pct(90), 1)}/${fixed(
         pct(99),
         1,
-      )}/${fixed(propagationUs.count === 0 ? null : propagationUs.max / 1000, 1)} ms, server CPU ${fixed(
+      )}/${fixed(us.count === 0 ? null : us.max / 1000, 1)} ms, server CPU ${fixed(
         cpuMs === null ? null : cpuMs / ((toMs - fromMs) / 1000),
         0,
       )} ms/s`,
     );
-    return refused > 0 ? 1 : 0;
+    return counts.refused > 0 ? 1 : 0;
   } finally {
     for (const socket of sockets) socket.close();
     await server.stop();
