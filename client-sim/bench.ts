@@ -42,7 +42,22 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 const startMarker = '<!-- bench:start -->';
 const endMarker = '<!-- bench:end -->';
 
-async function main(): Promise<number> {
+/// The bench's settings from the command line.
+interface BenchSettings {
+  durationSec: number;
+  scaleDurationSec: number;
+  warmupWindows: number;
+  manyEditors: number;
+  manyDocs: number;
+  seed: number;
+  extraEnv: Record<string, string>;
+  /// The runs `--only` names; undefined for all.
+  only: string[] | undefined;
+}
+
+/// The settings from the command line, or the exit code when it asks for help (0, usage
+/// printed) or is wrong (1, the reason on stderr).
+function parseSettings(): BenchSettings | number {
   let values;
   try {
     values = parseArgs({
@@ -75,30 +90,31 @@ async function main(): Promise<number> {
     }
     return Number(raw);
   };
-  let durationSec: number, warmupWindows: number, manyEditors: number, manyDocs: number;
-  let seed: number, scaleDurationSec: number, extraEnv: Record<string, string>;
   try {
-    durationSec = number('duration', values.duration, 60, 1);
-    scaleDurationSec = number('scale-duration', values['scale-duration'], durationSec, 1);
-    extraEnv = parseEnvPairs(values['server-env'] ?? []);
-    warmupWindows = number('warmup', values.warmup, 1, 0);
-    manyEditors = number('many-editors', values['many-editors'], 1000, 1);
-    manyDocs = number('many-docs', values['many-docs'], 100, 1);
-    seed = number('seed', values.seed, 1, 0);
+    const durationSec = number('duration', values.duration, 60, 1);
+    return {
+      durationSec,
+      scaleDurationSec: number('scale-duration', values['scale-duration'], durationSec, 1),
+      extraEnv: parseEnvPairs(values['server-env'] ?? []),
+      warmupWindows: number('warmup', values.warmup, 1, 0),
+      manyEditors: number('many-editors', values['many-editors'], 1000, 1),
+      manyDocs: number('many-docs', values['many-docs'], 100, 1),
+      seed: number('seed', values.seed, 1, 0),
+      only: values.only?.split(',').map((name) => name.trim()),
+    };
   } catch (err) {
     process.stderr.write(`bench: ${(err as Error).message}\n`);
     return 1;
   }
-  if (!existsSync(serverEntry)) {
-    process.stderr.write(
-      `bench: ${serverEntry} does not exist: the server's entry point (server/main.ts) must be built first\n`,
-    );
-    return 1;
-  }
+}
+
+/// The runs, in the order they are made.
+function benchRuns(settings: BenchSettings): BenchRun[] {
+  const { durationSec, scaleDurationSec, warmupWindows, seed, manyEditors, manyDocs } = settings;
   const common = { durationSec, warmupWindows, seed, ratePerSec: 5 };
   const scale = { ...common, durationSec: scaleDurationSec };
   const referenceLevels = [10, 15, 20, 25, 30];
-  const runs: BenchRun[] = [
+  return [
     {
       name: 'reference',
       title: 'Reference method: one document, 10–30 editors at 4–6 edits/s',
@@ -132,7 +148,43 @@ async function main(): Promise<number> {
       serverEnv: {},
     },
   ];
-  const only = values.only?.split(',').map((name) => name.trim());
+}
+
+/// Makes one run against a fresh server child, prints its tables, and writes its JSON and
+/// chart into `outDir`.
+async function makeRun(
+  run: BenchRun,
+  extraEnv: Record<string, string>,
+  outDir: string,
+): Promise<SwarmResult> {
+  process.stdout.write(`\n== ${run.title}\n`);
+  const server = await startServerProcess({ ...run.serverEnv, ...extraEnv });
+  let result: SwarmResult;
+  try {
+    result = await runSwarm({ ...run.options, url: server.url }, (progress) => {
+      if (process.stdout.isTTY) process.stdout.write(`\r${progressLine(progress)}\x1b[K`);
+    });
+  } finally {
+    if (process.stdout.isTTY) process.stdout.write('\n');
+    await server.stop();
+  }
+  process.stdout.write(`${summaryTable(result)}\n\n${runDescription(result)}\n`);
+  await writeFile(`${outDir}/${run.name}.json`, JSON.stringify(result, null, 2) + '\n');
+  await writeFile(`${outDir}/${chartFile(run)}`, latencyChart(result.levels, run.title));
+  return result;
+}
+
+async function main(): Promise<number> {
+  const settings = parseSettings();
+  if (typeof settings === 'number') return settings;
+  if (!existsSync(serverEntry)) {
+    process.stderr.write(
+      `bench: ${serverEntry} does not exist: the server's entry point (server/main.ts) must be built first\n`,
+    );
+    return 1;
+  }
+  const runs = benchRuns(settings);
+  const only = settings.only;
   const unknown = only?.filter((name) => !runs.some((run) => run.name === name)) ?? [];
   if (unknown.length > 0) {
     process.stderr.write(`bench: unknown run(s) ${unknown.join(', ')}\n`);
@@ -144,24 +196,11 @@ async function main(): Promise<number> {
   const results: { run: BenchRun; result: SwarmResult }[] = [];
   let converged = true;
   for (const run of selected) {
-    process.stdout.write(`\n== ${run.title}\n`);
-    const server = await startServerProcess({ ...run.serverEnv, ...extraEnv });
-    let result: SwarmResult;
-    try {
-      result = await runSwarm({ ...run.options, url: server.url }, (progress) => {
-        if (process.stdout.isTTY) process.stdout.write(`\r${progressLine(progress)}\x1b[K`);
-      });
-    } finally {
-      if (process.stdout.isTTY) process.stdout.write('\n');
-      await server.stop();
-    }
+    const result = await makeRun(run, settings.extraEnv, outDir);
     converged &&= result.converged;
     results.push({ run, result });
-    process.stdout.write(`${summaryTable(result)}\n\n${runDescription(result)}\n`);
-    await writeFile(`${outDir}/${run.name}.json`, JSON.stringify(result, null, 2) + '\n');
-    await writeFile(`${outDir}/${chartFile(run)}`, latencyChart(result.levels, run.title));
   }
-  await updateBenchmarks(results, process.argv.slice(2), extraEnv);
+  await updateBenchmarks(results, process.argv.slice(2), settings.extraEnv);
   return converged ? 0 : 2;
 }
 
