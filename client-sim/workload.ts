@@ -64,6 +64,7 @@ export function randomEdit(
   const block = random.pick(blocks);
   const tr = state.tr;
   const inside = block.pos + 1 + random.int(0, block.node.content.size);
+  let outcome: EditOutcome = 'made';
   try {
     switch (kind) {
       case 'type': {
@@ -105,52 +106,18 @@ export function randomEdit(
         tr.join(random.pick(candidates));
         break;
       }
-      case 'mark': {
-        const size = block.node.content.size;
-        if (size === 0) return null;
-        const from = block.pos + 1 + random.int(0, size - 1);
-        const to = Math.min(block.pos + 1 + size, from + random.int(1, 12));
-        const name = random.pick(markNames);
-        const markType = typeNamed(state.schema.marks, markAliases[name]);
-        if (!markType) return randomEdit(state, random, 'type');
-        const mark =
-          name === 'link'
-            ? markType.create({ href: `https://example.com/${random.int(1, 99)}` })
-            : markType.create();
-        if (state.doc.rangeHasMark(from, to, mark.type)) tr.removeMark(from, to, mark.type);
-        else tr.addMark(from, to, mark);
+      case 'mark':
+        outcome = markEdit(state, tr, block, random);
         break;
-      }
-      case 'list': {
-        const $pos = state.doc.resolve(inside);
-        const range = $pos.blockRange();
-        if (!range) return null;
-        const target = liftTarget(range);
-        if ($pos.depth > 1 && target !== null && random.chance(0.5)) {
-          tr.lift(range, target);
-        } else {
-          const listType = typeNamed(
-            state.schema.nodes,
-            random.chance(0.5) ? ['bullet_list', 'bulletList'] : ['ordered_list', 'orderedList'],
-          );
-          if (!listType) return randomEdit(state, random, 'type');
-          const wrapping = findWrapping(range, listType);
-          if (!wrapping) return null;
-          tr.wrap(range, wrapping);
-        }
+      case 'list':
+        outcome = listEdit(state, tr, inside, random);
         break;
-      }
-      case 'heading': {
-        const heading = typeNamed(state.schema.nodes, ['heading']);
-        const paragraph = typeNamed(state.schema.nodes, ['paragraph']);
-        if (!heading || !paragraph) return randomEdit(state, random, 'type');
-        const type = random.chance(0.7) ? heading : paragraph;
-        const attrs = type === heading ? { level: random.int(1, 6) } : null;
-        if (!block.node.isTextblock || block.node.type.spec.code) return null;
-        tr.setBlockType(block.pos, block.pos + block.node.nodeSize, type, attrs);
+      case 'heading':
+        outcome = headingEdit(state, tr, block, random);
         break;
-      }
     }
+    if (outcome === 'no-fit') return null;
+    if (outcome === 'type-instead') return randomEdit(state, random, 'type');
   } catch {
     // A transform that does not fit this document (prosemirror-transform throws for some
     // structural edits instead of refusing them): no edit this time.
@@ -163,6 +130,76 @@ export function randomEdit(
     return null;
   }
   return tr;
+}
+
+/// What an edit helper did: made its edit into `tr`, found that it does not fit the document,
+/// or found the schema without the types it needs (the caller types instead).
+type EditOutcome = 'made' | 'no-fit' | 'type-instead';
+
+/// Toggles a random mark over a few characters of `block`.
+function markEdit(
+  state: EditorState,
+  tr: Transaction,
+  block: Located,
+  random: Random,
+): EditOutcome {
+  const size = block.node.content.size;
+  if (size === 0) return 'no-fit';
+  const from = block.pos + 1 + random.int(0, size - 1);
+  const to = Math.min(block.pos + 1 + size, from + random.int(1, 12));
+  const name = random.pick(markNames);
+  const markType = typeNamed(state.schema.marks, markAliases[name]);
+  if (!markType) return 'type-instead';
+  const mark =
+    name === 'link'
+      ? markType.create({ href: `https://example.com/${random.int(1, 99)}` })
+      : markType.create();
+  if (state.doc.rangeHasMark(from, to, mark.type)) tr.removeMark(from, to, mark.type);
+  else tr.addMark(from, to, mark);
+  return 'made';
+}
+
+/// Lifts the block at `inside` out of its list, or wraps it in a bullet or ordered list.
+function listEdit(
+  state: EditorState,
+  tr: Transaction,
+  inside: number,
+  random: Random,
+): EditOutcome {
+  const $pos = state.doc.resolve(inside);
+  const range = $pos.blockRange();
+  if (!range) return 'no-fit';
+  const target = liftTarget(range);
+  if ($pos.depth > 1 && target !== null && random.chance(0.5)) {
+    tr.lift(range, target);
+  } else {
+    const listType = typeNamed(
+      state.schema.nodes,
+      random.chance(0.5) ? ['bullet_list', 'bulletList'] : ['ordered_list', 'orderedList'],
+    );
+    if (!listType) return 'type-instead';
+    const wrapping = findWrapping(range, listType);
+    if (!wrapping) return 'no-fit';
+    tr.wrap(range, wrapping);
+  }
+  return 'made';
+}
+
+/// Makes `block` a heading of a random level, or a paragraph.
+function headingEdit(
+  state: EditorState,
+  tr: Transaction,
+  block: Located,
+  random: Random,
+): EditOutcome {
+  const heading = typeNamed(state.schema.nodes, ['heading']);
+  const paragraph = typeNamed(state.schema.nodes, ['paragraph']);
+  if (!heading || !paragraph) return 'type-instead';
+  const type = random.chance(0.7) ? heading : paragraph;
+  const attrs = type === heading ? { level: random.int(1, 6) } : null;
+  if (!block.node.isTextblock || block.node.type.spec.code) return 'no-fit';
+  tr.setBlockType(block.pos, block.pos + block.node.nodeSize, type, attrs);
+  return 'made';
 }
 
 interface Located {
