@@ -35,7 +35,9 @@ async function settle(): Promise<void> {
   await new Promise((resolve) => setTimeout(resolve, 5000));
 }
 
-async function main(): Promise<number> {
+/// The run's settings from the command line; null when `--help` was asked (usage printed).
+/// Throws for a value out of range.
+function parseOptions(): { editors: number; docs: number; docKb: number } | null {
   const { values } = parseArgs({
     args: process.argv.slice(2),
     strict: true,
@@ -48,7 +50,7 @@ async function main(): Promise<number> {
   });
   if (values.help) {
     process.stdout.write(usage);
-    return 0;
+    return null;
   }
   const editors = Number(values.editors);
   const docs = Number(values.docs);
@@ -56,7 +58,36 @@ async function main(): Promise<number> {
   if (!Number.isInteger(docs) || docs < 1) throw new Error('--docs: a count');
   if (!Number.isInteger(editors) || editors <= docs) throw new Error('--editors: more than --docs');
   if (!(docKb >= 0)) throw new Error('--doc-kb: a size');
+  return { editors, docs, docKb };
+}
 
+/// Opens `docs` documents in groups of 100, one editor each, which pastes `body` into its
+/// document. Throws when one cannot join or its paste is refused.
+async function openDocuments(
+  connect: (index: number) => Promise<Socket>,
+  docs: number,
+  body: string,
+): Promise<void> {
+  for (let i = 0; i < docs; i += 100) {
+    await Promise.all(
+      Array.from({ length: Math.min(100, docs - i) }, async (_, k) => {
+        const socket = await connect(i + k);
+        if (body.length === 0) return;
+        const tr = EditorState.create({ schema }).tr.insertText(body, 1);
+        const answer = await ask<StepsAnswer>(socket, 'steps', {
+          version: 0,
+          steps: tr.steps.map((step) => step.toJSON()),
+        });
+        if (!answer.ok) throw new Error(`document ${i + k} refused its text: ${answer.code}`);
+      }),
+    );
+  }
+}
+
+async function main(): Promise<number> {
+  const options = parseOptions();
+  if (!options) return 0;
+  const { editors, docs, docKb } = options;
   const server = await startServerProcess({
     MAX_CONNECTIONS_PER_IP: '0',
     NEW_DOCUMENTS_PER_MINUTE: '0',
@@ -85,20 +116,7 @@ async function main(): Promise<number> {
     await settle();
     const empty = await rssMiB(server.pid);
 
-    for (let i = 0; i < docs; i += 100) {
-      await Promise.all(
-        Array.from({ length: Math.min(100, docs - i) }, async (_, k) => {
-          const socket = await connect(i + k);
-          if (body.length === 0) return;
-          const tr = EditorState.create({ schema }).tr.insertText(body, 1);
-          const answer = await ask<StepsAnswer>(socket, 'steps', {
-            version: 0,
-            steps: tr.steps.map((step) => step.toJSON()),
-          });
-          if (!answer.ok) throw new Error(`document ${i + k} refused its text: ${answer.code}`);
-        }),
-      );
-    }
+    await openDocuments(connect, docs, body);
     await settle();
     const withDocs = await rssMiB(server.pid);
 
