@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fixed, measuredRun, median, runLine, type MeasuredRun } from './measured_run.js';
 
-// `npm run bench:journal` (issue 3): the latency the write-ahead journal adds to a batch, with
+// `npm run bench:journal`: the latency the write-ahead journal adds to a batch, with
 // group commit. The same load against a fresh server child with the memory store, Redis and
 // the file store, in turn, `--rounds` times. Every run edits new document ids (the simulator
 // puts a timestamp in them), so nothing in the shared Redis is flushed or overwritten; the
@@ -21,6 +21,47 @@ const usage = `Usage: npm run bench:journal -- [options]
   --seed N       seed (default 1)
   --help         show this text
 `;
+
+const known = ['memory', 'redis', 'file'] as const;
+type StoreName = (typeof known)[number];
+
+/// One measured run against a fresh server child on `store`; the file store gets a new
+/// temporary directory, removed afterwards.
+async function storeRun(
+  store: StoreName,
+  round: number,
+  redisUrl: string,
+  options: Parameters<typeof measuredRun>[2],
+): Promise<MeasuredRun> {
+  const dir = store === 'file' ? await mkdtemp(join(tmpdir(), 'scriptorium-bench-')) : null;
+  // An empty STORE is ignored by the config, so REDIS_URL or DATA_DIR picks the store.
+  const env: Record<string, string> =
+    store === 'memory'
+      ? { STORE: 'memory', REDIS_URL: '' }
+      : store === 'redis'
+        ? { STORE: '', REDIS_URL: redisUrl }
+        : { STORE: '', REDIS_URL: '', DATA_DIR: dir! };
+  try {
+    return await measuredRun(`${store}, round ${round + 1}`, env, options);
+  } finally {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/// The results table's row for `store`: medians over its runs.
+function tableRow(store: StoreName, list: readonly MeasuredRun[]): string {
+  const m = (pick: (run: MeasuredRun) => number | null, digits: number) =>
+    fixed(median(list.map(pick)), digits);
+  return `| ${store} | ${m((r) => r.confirmedPerSec, 1)} | ${m((r) => r.serverP50Ms, 2)} | ${m(
+    (r) => r.serverP99Ms,
+    2,
+  )} | ${m((r) => r.persistP99Ms, 2)} | ${m((r) => r.clientP50Ms, 1)} | ${m(
+    (r) => r.clientP99Ms,
+    1,
+  )} | ${m((r) => r.cpuMsPer1000, 0)} | ${list
+    .map((r) => (r.state === 'steady' && r.converged ? 'ok' : r.state))
+    .join(', ')} |`;
+}
 
 async function main(): Promise<number> {
   const { values } = parseArgs({
@@ -52,8 +93,6 @@ async function main(): Promise<number> {
     process.stderr.write('bench:journal: numeric options take whole numbers\n');
     return 1;
   }
-  const known = ['memory', 'redis', 'file'] as const;
-  type StoreName = (typeof known)[number];
   const stores = values.stores!.split(',') as StoreName[];
   if (stores.length === 0 || !stores.every((store) => known.includes(store))) {
     process.stderr.write(`bench:journal: --stores takes some of ${known.join(', ')}\n`);
@@ -63,44 +102,19 @@ async function main(): Promise<number> {
   let converged = true;
   for (let round = 0; round < rounds; round++) {
     for (const store of stores) {
-      const dir = store === 'file' ? await mkdtemp(join(tmpdir(), 'scriptorium-bench-')) : null;
-      // An empty STORE is ignored by the config, so REDIS_URL or DATA_DIR picks the store.
-      const env: Record<string, string> =
-        store === 'memory'
-          ? { STORE: 'memory', REDIS_URL: '' }
-          : store === 'redis'
-            ? { STORE: '', REDIS_URL: values.redis! }
-            : { STORE: '', REDIS_URL: '', DATA_DIR: dir! };
-      try {
-        const run = await measuredRun(`${store}, round ${round + 1}`, env, {
-          levels: [editors],
-          docs,
-          ratePerSec: 5,
-          durationSec,
-          seed,
-        });
-        process.stdout.write(`${runLine(run)}\n`);
-        converged &&= run.converged;
-        runs[store].push(run);
-      } finally {
-        if (dir) await rm(dir, { recursive: true, force: true });
-      }
+      const run = await storeRun(store, round, values.redis!, {
+        levels: [editors],
+        docs,
+        ratePerSec: 5,
+        durationSec,
+        seed,
+      });
+      process.stdout.write(`${runLine(run)}\n`);
+      converged &&= run.converged;
+      runs[store].push(run);
     }
   }
-  const rows = stores.map((store) => {
-    const list = runs[store];
-    const m = (pick: (run: MeasuredRun) => number | null, digits: number) =>
-      fixed(median(list.map(pick)), digits);
-    return `| ${store} | ${m((r) => r.confirmedPerSec, 1)} | ${m((r) => r.serverP50Ms, 2)} | ${m(
-      (r) => r.serverP99Ms,
-      2,
-    )} | ${m((r) => r.persistP99Ms, 2)} | ${m((r) => r.clientP50Ms, 1)} | ${m(
-      (r) => r.clientP99Ms,
-      1,
-    )} | ${m((r) => r.cpuMsPer1000, 0)} | ${list
-      .map((r) => (r.state === 'steady' && r.converged ? 'ok' : r.state))
-      .join(', ')} |`;
-  });
+  const rows = stores.map((store) => tableRow(store, runs[store]));
   process.stdout.write(
     [
       '',
