@@ -125,6 +125,24 @@ async function main(): Promise<number> {
     }
   }
   log('');
+  printResults(variants, cases, samples, { reps, passes }, log);
+  if (values.out) {
+    await writeFile(
+      values.out,
+      JSON.stringify({ node: process.version, common, variants, samples }, null, 1),
+    );
+  }
+  return 0;
+}
+
+/// Logs a table per variant and pass, then the comparison of them when there are several.
+function printResults(
+  variants: readonly Variant[],
+  cases: readonly Case[],
+  samples: readonly Sample[],
+  { reps, passes }: { reps: number; passes: number },
+  log: (line: string) => void,
+): void {
   const labels = variants.flatMap((variant) =>
     Array.from({ length: passes }, (_, i) => ({
       ...variant,
@@ -142,13 +160,6 @@ async function main(): Promise<number> {
     log('');
   }
   if (labels.length > 1) log(comparison(cases, labels, samples));
-  if (values.out) {
-    await writeFile(
-      values.out,
-      JSON.stringify({ node: process.version, common, variants, samples }, null, 1),
-    );
-  }
-  return 0;
 }
 
 /// Parses `LABEL=KEY=VALUE,KEY=VALUE` (the environment may be empty: `defaults=`).
