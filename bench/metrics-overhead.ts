@@ -20,6 +20,70 @@ const loads = [
   { name: '200 editors, 20 docs', editors: 200, docs: 20 },
 ];
 
+type Load = (typeof loads)[number];
+
+/// `pairs` pairs of runs of `load`, one with METRICS=on and one with METRICS=off each, in ABBA
+/// order; logs each run as it ends.
+async function measurePairs(
+  load: Load,
+  pairs: number,
+  durationSec: number,
+  seed: number,
+): Promise<{ on: MeasuredRun[]; off: MeasuredRun[]; allConverged: boolean }> {
+  let allConverged = true;
+  const on: MeasuredRun[] = [];
+  const off: MeasuredRun[] = [];
+  for (let pair = 0; pair < pairs; pair++) {
+    // ABBA order (on, off, off, on, …): whatever favours the first or the second run of a
+    // pair (a cooler machine, the previous child's teardown) falls on both settings alike.
+    // With on always first, the order's own effect would read as a cost of metrics.
+    const order = pair % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const);
+    for (const metrics of order) {
+      const run = await measuredRun(
+        `${load.name}, METRICS=${metrics}, pair ${pair + 1}`,
+        { METRICS: metrics },
+        { levels: [load.editors], docs: load.docs, ratePerSec: 5, durationSec, seed },
+      );
+      process.stdout.write(`${runLine(run)}\n`);
+      allConverged &&= run.converged;
+      (metrics === 'on' ? on : off).push(run);
+    }
+  }
+  return { on, off, allConverged };
+}
+
+/// The table rows of `load`: medians with metrics on and off, then the median of the pairs'
+/// on/off ratios.
+function loadRows(load: Load, on: readonly MeasuredRun[], off: readonly MeasuredRun[]): string[] {
+  const ratio = (pick: (run: MeasuredRun) => number | null) =>
+    median(
+      on.map((a, i) => {
+        const x = pick(a);
+        const y = pick(off[i]!);
+        return x === null || y === null || y === 0 ? null : x / y;
+      }),
+    );
+  const row = (label: string, runs: readonly MeasuredRun[]) =>
+    `| ${load.name} | ${label} | ${fixed(median(runs.map((r) => r.confirmedPerSec)), 1)} | ${fixed(
+      median(runs.map((r) => r.clientP50Ms)),
+      1,
+    )} | ${fixed(median(runs.map((r) => r.clientP99Ms)), 1)} | ${fixed(
+      median(runs.map((r) => r.cpuMsPer1000)),
+      0,
+    )} | ${runs.map((r) => (r.state === 'steady' && r.converged ? 'ok' : r.state)).join(', ')} |`;
+  const rows = [row('on', on), row('off', off)];
+  const percent = (value: number | null) =>
+    value === null ? '–' : `${value >= 1 ? '+' : ''}${((value - 1) * 100).toFixed(1)}%`;
+  rows.push(
+    `| ${load.name} | on/off, median of pairs | ${percent(
+      ratio((r) => r.confirmedPerSec),
+    )} | ${percent(ratio((r) => r.clientP50Ms))} | ${percent(
+      ratio((r) => r.clientP99Ms),
+    )} | ${percent(ratio((r) => r.cpuMsPer1000))} | |`,
+  );
+  return rows;
+}
+
 async function main(): Promise<number> {
   const { values } = parseArgs({
     args: process.argv.slice(2),
@@ -45,50 +109,9 @@ async function main(): Promise<number> {
   const rows: string[] = [];
   let converged = true;
   for (const load of loads) {
-    const on: MeasuredRun[] = [];
-    const off: MeasuredRun[] = [];
-    for (let pair = 0; pair < pairs; pair++) {
-      // ABBA order (on, off, off, on, …): whatever favours the first or the second run of a
-      // pair (a cooler machine, the previous child's teardown) falls on both settings alike.
-      // With on always first, an earlier run showed a "cost" that swapped sides when reversed.
-      const order = pair % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const);
-      for (const metrics of order) {
-        const run = await measuredRun(
-          `${load.name}, METRICS=${metrics}, pair ${pair + 1}`,
-          { METRICS: metrics },
-          { levels: [load.editors], docs: load.docs, ratePerSec: 5, durationSec, seed },
-        );
-        process.stdout.write(`${runLine(run)}\n`);
-        converged &&= run.converged;
-        (metrics === 'on' ? on : off).push(run);
-      }
-    }
-    const ratio = (pick: (run: MeasuredRun) => number | null) =>
-      median(
-        on.map((a, i) => {
-          const x = pick(a);
-          const y = pick(off[i]!);
-          return x === null || y === null || y === 0 ? null : x / y;
-        }),
-      );
-    const row = (label: string, runs: MeasuredRun[]) =>
-      `| ${load.name} | ${label} | ${fixed(median(runs.map((r) => r.confirmedPerSec)), 1)} | ${fixed(
-        median(runs.map((r) => r.clientP50Ms)),
-        1,
-      )} | ${fixed(median(runs.map((r) => r.clientP99Ms)), 1)} | ${fixed(
-        median(runs.map((r) => r.cpuMsPer1000)),
-        0,
-      )} | ${runs.map((r) => (r.state === 'steady' && r.converged ? 'ok' : r.state)).join(', ')} |`;
-    rows.push(row('on', on), row('off', off));
-    const percent = (value: number | null) =>
-      value === null ? '–' : `${value >= 1 ? '+' : ''}${((value - 1) * 100).toFixed(1)}%`;
-    rows.push(
-      `| ${load.name} | on/off, median of pairs | ${percent(
-        ratio((r) => r.confirmedPerSec),
-      )} | ${percent(ratio((r) => r.clientP50Ms))} | ${percent(
-        ratio((r) => r.clientP99Ms),
-      )} | ${percent(ratio((r) => r.cpuMsPer1000))} | |`,
-    );
+    const { on, off, allConverged } = await measurePairs(load, pairs, durationSec, seed);
+    converged &&= allConverged;
+    rows.push(...loadRows(load, on, off));
   }
   process.stdout.write(
     [
