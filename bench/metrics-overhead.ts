@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { fixed, measuredRun, median, runLine, type MeasuredRun } from './measured_run.js';
 
-// `npm run bench:overhead` (issue 4): what recording metrics costs a loaded server. Each load
+// `npm run bench:overhead`: what recording metrics costs a loaded server. Each load
 // runs against a fresh server child with METRICS=on and METRICS=off, in ABBA order, `--pairs`
 // times; the same seed makes every run the same workload. Prints each run and a markdown table
 // of medians, with the median of the per-pair off/on ratios. The goal: under 2% throughput

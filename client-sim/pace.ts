@@ -7,8 +7,7 @@ import type { Random } from './random.js';
 /// The beats are a fixed schedule (each due time is the previous one plus a gap), not gaps
 /// measured from when the timer happened to run: a busy thread fires timers late, and gaps
 /// counted from the late firing would never make that lateness up, so the rate offered would
-/// fall silently with the load (200 people at 5/s with 1 ms of work per edit made 912 of the
-/// 1,000 edits/s offered; on this schedule, 993). A beat that is already due fires at the next
+/// fall silently with the load. A beat that is already due fires at the next
 /// turn of the event loop, so a late person catches up with a burst, as a person typing into a
 /// frozen page does.
 export class Pace {

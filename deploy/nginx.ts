@@ -40,9 +40,10 @@ const colonsPerMap = 8;
 /// express routes (any letter case, an optional trailing slash). A node that refuses
 /// connections or times out is marked failed for `failTimeoutSec` (passive health:
 /// `max_fails=1`) and the request goes to the next node on the ring (`proxy_next_upstream`),
-/// which takes the document's lease once the dead node's expires. `/metrics…` and `/dashboard…` answer 404 at the gateway (each node is
-/// scraped directly). Everything else (the web editor, health) goes to any node. Throws a
-/// TypeError for invalid options (see `checkOptions`).
+/// which takes the document's lease once the dead node's expires. `/metrics…` and
+/// `/dashboard…` answer 404 at the gateway (each node is scraped directly). Everything else
+/// (the web editor, health) goes to any node. Throws a TypeError for invalid options (see
+/// `checkOptions`).
 export function renderNginxConfig(options: GatewayOptions): string {
   checkOptions(options);
   // The client's address for the nodes (their per-address caps, their logs): the gateway

@@ -96,9 +96,9 @@ interface ExposedSample {
 }
 
 /// A prom-client Histogram whose values come from the recorder's bucket counters instead of
-/// `observe`. Measured by bench/metrics-record.ts (Node 20, 2 cores), one `observe` costs
-/// ~500–700 ns unlabelled and ~1 µs with an outcome label, as much as all of `record`; the
-/// bucket loop in `Totals` costs ~10–20 ns.
+/// `observe`: one `observe` costs as much as all of `record` (more with an outcome label),
+/// while the bucket loop in `Totals` costs a small fraction of that (bench/metrics-record.ts
+/// measures both; figures in bench-results/NOTES.md).
 ///
 /// prom-client's registry formats a metric from `getForPromString()` when it exists, and its
 /// `get()` (the JSON view) also builds on `getForPromString()`, so overriding that one method

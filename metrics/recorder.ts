@@ -56,9 +56,9 @@ export type WindowListener = (window: MetricsWindow) => void;
 /// The per-message path (`record`) increments plain counters, finds the document's entry in a
 /// Map, and records into Node's native HDR histograms; reading and resetting them happens once
 /// per window in `tick()`. The five native `RecordableHistogram.record` calls (total, three
-/// stages, the document's) are most of its cost: ~0.4–0.7 µs per message on a loaded 2-core
-/// machine, ~100 ns less with `documentHistogramsMax: 0`; disabled, it costs nothing
-/// measurable. See bench/metrics-record.ts.
+/// stages, the document's) are most of its cost, one fewer with `documentHistogramsMax: 0`;
+/// disabled, it costs nothing measurable. bench/metrics-record.ts measures it (figures in
+/// bench-results/NOTES.md).
 export class MetricsRecorder {
   /// The validated, frozen configuration.
   readonly config: Readonly<MetricsConfig>;

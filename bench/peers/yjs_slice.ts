@@ -184,8 +184,9 @@ function sentence(random: Random): string {
 /// Some of the swarm's editors, driven by the coordinator's calls. The slice's first editor
 /// watches the edits of the others in the slice arrive: the items each update it receives
 /// makes or deletes (Hocuspocus merges the updates of a turn, and Yjs merges adjacent items of
-/// one author, so every clock an item or a deleted range covers is looked up). Both ends of a measured edit are then on one
-/// thread's `performance.now()` clock, as an edit and its confirmation are in the simulator.
+/// one author, so every clock an item or a deleted range covers is looked up). Both ends of a
+/// measured edit are then on one thread's `performance.now()` clock, as an edit and its
+/// confirmation are in the simulator.
 export class YjsSlice {
   private readonly editors: YjsEditor[] = [];
   /// Edits by their key (see `SwarmCounter.edit`), until the watching editor has seen them
