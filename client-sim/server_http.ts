@@ -132,8 +132,8 @@ export async function fetchServerWindows(
 }
 
 /// Reads one window by the names the metrics recorder uses (`startMs`, `batchesAcceptedPerSec`,
-/// `latencyP99Ms`…) and a few plainer ones (`start`, `rps`, `p99`, `latency.p99`), since the
-/// endpoint was built in parallel with the simulator.
+/// `latencyP99Ms`…) and a few plainer ones (`start`, `rps`, `p99`, `latency.p99`), so that
+/// the simulator can read a server whose windows use either.
 function readWindow(raw: Record<string, unknown>): ServerWindow | null {
   const startMs = time(pick(raw, ['startMs', 'start', 'from', 'windowStart']));
   if (startMs === null) return null;

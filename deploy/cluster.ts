@@ -113,7 +113,7 @@ function startNode(index: number): NodeProcess {
 
 /// Resolves once `url`/readyz answers 200; rejects after `timeoutMs`, or as soon as `child`
 /// (the process that should answer) has exited: a node that stops at start (a bad setting)
-/// was waited for the whole 30 s.
+/// would be waited for the whole 30 s.
 async function ready(
   url: string,
   timeoutMs: number,

@@ -143,7 +143,8 @@ export const schema = new Schema({
   nodes: withLists.update('ordered_list', {
     ...withLists.get('ordered_list'),
     // prosemirror-schema-list takes `start` as it is (`+start`): a pasted `<ol start="x">` or a
-    // start past the range made a node the validator refuses, and the paste threw and was lost.
+    // start past the range would make a node the validator refuses, and the paste would throw
+    // and be lost.
     parseDOM: [
       {
         tag: 'ol',
