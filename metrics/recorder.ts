@@ -56,7 +56,7 @@ export type WindowListener = (window: MetricsWindow) => void;
 /// The per-message path (`record`) increments plain counters, finds the document's entry in a
 /// Map, and records into Node's native HDR histograms; reading and resetting them happens once
 /// per window in `tick()`. The five native `RecordableHistogram.record` calls (total, three
-/// stages, the document's) are most of its cost, one fewer with `documentHistogramsMax: 0`;
+/// stages, the document's; four with `documentHistogramsMax: 0`) are most of its cost;
 /// disabled, it costs nothing measurable. bench/metrics-record.ts measures it (figures in
 /// bench-results/NOTES.md).
 export class MetricsRecorder {
