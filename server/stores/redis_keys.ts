@@ -38,3 +38,9 @@ export function docKeys(prefix: string, docId: string): DocKeys {
     home: base + 'home',
   };
 }
+
+/// The liveness key of a server node: `<prefix>node:<node id>`. It has no hash tag, so on a
+/// Redis Cluster it hashes to a slot of its own; no script reads it with a document's keys.
+export function nodeKey(prefix: string, node: string): string {
+  return `${prefix}node:${node}`;
+}
