@@ -9,6 +9,7 @@ import { FileStore } from '../../server/stores/file/file_store.js';
 import { MemoryStore } from '../../server/stores/memory_store.js';
 import { RedisStore } from '../../server/stores/redis_store.js';
 import type { Store } from '../../server/stores/store.js';
+import { RedisCluster } from '../support/redis_cluster.js';
 import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/store_fixtures.js';
 
 // One suite, run against every Store implementation: the server relies on these rules and must
@@ -17,6 +18,16 @@ import { appendOf, reconstruct, snapshotOf, typingHistory } from '../support/sto
 const redisUrl = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const redisPrefix = `scriptorium-test-${randomUUID()}:`;
 const tempDirs: string[] = [];
+// The same contract on a Redis Cluster of its own (3 masters, 3 replicas), started once.
+let cluster: Promise<RedisCluster> | null = null;
+function startCluster(): Promise<RedisCluster> {
+  cluster ??= (async () => {
+    const started = new RedisCluster();
+    await started.start();
+    return started;
+  })();
+  return cluster;
+}
 
 interface Implementation {
   name: string;
@@ -41,10 +52,25 @@ const implementations: Implementation[] = [
       return store;
     },
   },
+  {
+    name: 'RedisStore on a Redis Cluster',
+    open: async () => {
+      const { rootNodes } = await startCluster();
+      // Asking one replica to confirm every write: the contract holds with WAIT too.
+      const store = new RedisStore({
+        cluster: { rootNodes },
+        keyPrefix: redisPrefix,
+        minReplicasAcked: 1,
+      });
+      await store.ready();
+      return store;
+    },
+  },
 ];
 
 after(async () => {
   for (const dir of tempDirs) await rm(dir, { recursive: true, force: true });
+  if (cluster) await (await cluster).stop();
   const client = createClient({ url: redisUrl });
   await client.connect();
   for await (const keys of client.scanIterator({ MATCH: `${redisPrefix}*`, COUNT: 1000 }))

@@ -100,7 +100,9 @@ export class RedisCluster {
     await exited;
   }
 
-  /// Resolves once every live node reports `cluster_state:ok`; rejects after `timeoutMs`.
+  /// Resolves once every live node reports `cluster_state:ok` and every live replica has
+  /// finished its first sync with its master (`master_link_status:up`); rejects after
+  /// `timeoutMs`.
   async waitHealthy(timeoutMs = 30_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
@@ -109,6 +111,9 @@ export class RedisCluster {
         if (node.child === null) continue;
         const info = await this.cli(node.port, 'CLUSTER', 'INFO').catch(() => '');
         if (!info.includes('cluster_state:ok')) ok = false;
+        const replication = await this.cli(node.port, 'INFO', 'replication').catch(() => '');
+        if (replication.includes('role:slave') && !replication.includes('master_link_status:up'))
+          ok = false;
       }
       if (ok) return;
       if (Date.now() > deadline) throw new Error('the cluster did not become healthy');
