@@ -86,6 +86,26 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
     throw new ConfigError(`HOST must be an IP address or a host name, got "${config.host}"`);
   }
   if (config.redisUrl !== null) checkRedisUrl(config.redisUrl);
+  for (const node of config.redisClusterNodes) {
+    checkRedisUrl(node, name('redisClusterNodes'));
+    // A cluster has database 0 only.
+    if (/^[^/]*\/\/[^/]*\/./.test(node)) {
+      throw new ConfigError(
+        `${name('redisClusterNodes')} takes no /<database number>, got "${redactUrl(node)}"`,
+      );
+    }
+  }
+  if (config.redisUrl !== null && config.redisClusterNodes.length > 0) {
+    throw new ConfigError(
+      'REDIS_URL contradicts REDIS_CLUSTER_NODES: one Redis or a Redis Cluster. Unset one of them',
+    );
+  }
+  const redis = config.redisUrl !== null || config.redisClusterNodes.length > 0;
+  if (config.redisMinReplicasAcked > 0 && !redis) {
+    throw new ConfigError(
+      `${name('redisMinReplicasAcked')} needs REDIS_URL or REDIS_CLUSTER_NODES: the file store has no replicas`,
+    );
+  }
   // No braces: a key's `{hash tag}` is the document id's, and a brace before it would move it.
   if (
     typeof config.redisKeyPrefix !== 'string' ||
@@ -169,7 +189,7 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
   }
   // One of them is a mistake, and taking STORE would lose every document at exit while the
   // operator believes they are in Redis.
-  if (config.store === 'memory' && config.redisUrl !== null) {
+  if (config.store === 'memory' && redis) {
     throw new ConfigError(
       'STORE=memory contradicts REDIS_URL: documents would be kept in memory only and lost at exit. Unset one of them',
     );
@@ -214,7 +234,7 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
   // A lease renewal is a store call: one that may wait as long as the lease lasts could keep
   // editors on a document after the lease lapsed and another node took it (their writes are
   // fenced, but they would be answered by a copy that no longer has the last word).
-  if (config.redisUrl !== null && config.storeTimeoutMs >= config.leaseMs) {
+  if (redis && config.storeTimeoutMs >= config.leaseMs) {
     throw new ConfigError(
       `${name('storeTimeoutMs')} (${config.storeTimeoutMs}) must be less than ${name('leaseMs')} (${config.leaseMs}) with REDIS_URL: a lease renewal could wait past the lease`,
     );
@@ -260,10 +280,10 @@ export function redactUrl(url: string): string {
 /// (node-redis ignores them; a `#` is most often a password's, unencoded). node-redis itself
 /// throws a TypeError at connect whose message quotes the whole URL, password and all, and a
 /// database it cannot parse only when the client is created: both are stopped here instead.
-function checkRedisUrl(url: unknown): void {
+function checkRedisUrl(url: unknown, setting = 'REDIS_URL'): void {
   const shown = typeof url === 'string' ? redactUrl(url) : String(url);
   const refuse = (why: string): never => {
-    throw new ConfigError(`REDIS_URL ${why}, got "${shown}"`);
+    throw new ConfigError(`${setting} ${why}, got "${shown}"`);
   };
   if (typeof url !== 'string') return refuse('must be a string');
   // Before the URL parser, whose message for a port out of range is no better than for a typo.

@@ -91,14 +91,25 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   });
 }
 
+/// Where Redis is, for logs: the URL or the cluster's seed nodes, passwords hidden.
+function redisWhere(): string {
+  return config.redisUrl !== null
+    ? redactUrl(config.redisUrl)
+    : config.redisClusterNodes.map(redactUrl).join(',');
+}
+
 async function openStore(): Promise<Store> {
   if (config.store === 'memory') {
     log.info('store: memory (documents are lost when the process exits)');
     return new MemoryStore();
   }
-  if (config.redisUrl) {
+  const cluster = config.redisClusterNodes.length > 0;
+  if (config.redisUrl || cluster) {
     const store = new RedisStore({
-      url: config.redisUrl,
+      ...(cluster
+        ? { cluster: { rootNodes: config.redisClusterNodes.map((url) => ({ url })) } }
+        : { url: config.redisUrl! }),
+      minReplicasAcked: config.redisMinReplicasAcked,
       keyPrefix: config.redisKeyPrefix,
       commandTimeoutMs: config.storeTimeoutMs,
       logger: log,
@@ -120,17 +131,17 @@ async function openStore(): Promise<Store> {
       await store.close().catch(() => {});
       const what = /^ERR DB index/.test(refused) ? 'database number' : 'credentials';
       console.error(
-        `scriptorium: REDIS_URL: Redis refused its ${what} (${refused.split('\n')[0]})`,
+        `scriptorium: ${cluster ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL'}: Redis refused its ${what} (${refused.split('\n')[0]})`,
       );
       process.exit(1);
     }
     if (!answered && startupStop === null) {
-      log.warn(
-        { url: redactUrl(config.redisUrl!) },
-        'Redis does not answer yet; retrying in the background',
-      );
+      log.warn({ url: redisWhere() }, 'Redis does not answer yet; retrying in the background');
     }
-    log.info({ url: redactUrl(config.redisUrl) }, 'store: redis');
+    log.info(
+      { url: redisWhere(), minReplicasAcked: config.redisMinReplicasAcked },
+      cluster ? 'store: redis cluster' : 'store: redis',
+    );
     return store;
   }
   const dir = resolve(config.dataDir);

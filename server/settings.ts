@@ -126,6 +126,28 @@ export const settings = {
     'limit',
     'put before every Redis key (documents, leases, node liveness): deployments sharing one Redis keep apart by it',
   ),
+  /// Seed nodes of a Redis Cluster (`host:port` means `redis://host:port`), instead of
+  /// `redisUrl`: documents are spread over its masters by their hash slot.
+  redisClusterNodes: list(
+    'REDIS_CLUSTER_NODES',
+    'process',
+    "comma list of a Redis Cluster's seed nodes (`host:port` or `redis[s]://…`, no database number): use the cluster, not one Redis; contradicts `REDIS_URL` ([operations](operations.md#redis-cluster))",
+    (raw) =>
+      raw
+        .split(',')
+        .map((part) => part.trim())
+        .filter((part) => part !== '')
+        .map((part) => (/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(part) ? part : `redis://${part}`)),
+  ),
+  /// Replicas that must hold each append and lease change (`WAIT`) before a batch is
+  /// acknowledged; fewer within half of `storeTimeoutMs` refuses the batch `unavailable`.
+  redisMinReplicasAcked: whole(
+    'REDIS_MIN_REPLICAS_ACKED',
+    0,
+    [0, 16],
+    'process',
+    'replicas that must hold each append and lease change (`WAIT`) before a batch is acknowledged; too few in time: `unavailable`, never acknowledged. Needs Redis',
+  ),
   dataDir: text('DATA_DIR', './data', 'process', "the file store's directory"),
   /// 'memory' keeps documents in this process only (tests, demos).
   store: choice(
