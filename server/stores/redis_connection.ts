@@ -42,6 +42,10 @@ const maxReconnectDelayMs = 2000;
 /// election, and until the client learns of it every command for those slots fails.
 const clusterRefreshMs = 500;
 
+/// How often, and how far apart, a command answered TRYAGAIN is sent again.
+const tryAgainLimit = 20;
+const tryAgainDelayMs = 25;
+
 // Redis refusing the credentials of the connection itself (the URL's user or password).
 const credentialReplies = /^(WRONGPASS|NOAUTH|NOPERM)/;
 
@@ -190,12 +194,27 @@ export class RedisConnection {
     }
   }
 
-  private send(route: string | undefined, args: string[]): Promise<unknown> {
+  private send(route: string | undefined, args: string[], attempt = 0): Promise<unknown> {
     const client = this.client;
     const sent = this.isCluster
       ? (client as ClusterClient).sendCommand(route, false, args)
       : (client as SingleClient).sendCommand(args);
-    return sent.then(this.alive);
+    return sent.then(this.alive, (error: unknown) => {
+      // A slot being migrated, with some of the script's keys moved and some not: Redis asks
+      // to try again, which takes as long as one MIGRATE of the document's few keys. The
+      // caller's timer still bounds the whole.
+      if (
+        error instanceof ErrorReply &&
+        error.message.startsWith('TRYAGAIN') &&
+        attempt < tryAgainLimit &&
+        !this.closed
+      ) {
+        return new Promise<unknown>((resolve) => setTimeout(resolve, tryAgainDelayMs)).then(() =>
+          this.send(route, args, attempt + 1),
+        );
+      }
+      throw error;
+    });
   }
 
   /// Creates a single-server client and starts connecting it in the background. Its events

@@ -31,11 +31,11 @@ export interface RedisClusterOptions {
 export class RedisCluster {
   readonly nodes: ClusterNode[] = [];
   private dir = '';
-  private readonly masters: number;
+  private readonly masterCount: number;
   private readonly nodeTimeoutMs: number;
 
   constructor(options: RedisClusterOptions = {}) {
-    this.masters = options.masters ?? 3;
+    this.masterCount = options.masters ?? 3;
     this.nodeTimeoutMs = options.nodeTimeoutMs ?? 1000;
   }
 
@@ -47,7 +47,7 @@ export class RedisCluster {
   /// Starts the processes, creates the cluster and resolves once every node reports
   /// `cluster_state:ok` and every master has its replica.
   async start(): Promise<void> {
-    const count = this.masters * 2;
+    const count = this.masterCount * 2;
     const base = await clusterPorts(count);
     this.dir = await mkdtemp(join(tmpdir(), 'scriptorium-cluster-'));
     for (let i = 0; i < count; i++) {
@@ -87,6 +87,75 @@ export class RedisCluster {
       }
     }
     throw new Error(`no master serves slot ${slot}`);
+  }
+
+  /// Starts one more node and joins it to the cluster as a replica of the master on
+  /// `masterPort` (`redis-cli --cluster add-node … --cluster-slave`): a master with two
+  /// replicas still has one after a failover, which `WAIT 1` needs to go on acknowledging.
+  async addReplica(masterPort: number): Promise<number> {
+    const port = await clusterPorts(1);
+    const node: ClusterNode = { port, child: null };
+    this.nodes.push(node);
+    await this.spawn(node);
+    const masterId = await this.cli(masterPort, 'CLUSTER', 'MYID');
+    await run('redis-cli', [
+      '--cluster',
+      'add-node',
+      `127.0.0.1:${port}`,
+      `127.0.0.1:${masterPort}`,
+      '--cluster-slave',
+      '--cluster-master-id',
+      masterId,
+    ]);
+    await this.waitHealthy();
+    return port;
+  }
+
+  /// The ports of the live masters that serve slots.
+  async masters(): Promise<number[]> {
+    const alive = this.nodes.find((node) => node.child !== null)!;
+    const ports: number[] = [];
+    for (const line of (await this.cli(alive.port, 'CLUSTER', 'NODES')).split('\n')) {
+      const fields = line.split(' ');
+      if (fields[2]!.includes('master') && !fields[2]!.includes('fail') && fields.length > 8)
+        ports.push(portOf(fields[1]!));
+    }
+    return ports;
+  }
+
+  /// Moves the slot of `key` from the master on `source` to the one on `target`, as
+  /// `redis-cli --cluster reshard` does for each slot: IMPORTING on the target, MIGRATING on
+  /// the source, MIGRATE of its keys (all at once: a document's keys move together), then the
+  /// slot given to the target on every master. Clients meanwhile get ASK (keys already
+  /// moved), TRYAGAIN (a script whose keys are split) and then MOVED.
+  async migrateSlotOf(key: string, source: number, target: number): Promise<void> {
+    const slot = await this.cli(source, 'CLUSTER', 'KEYSLOT', key);
+    const sourceId = await this.cli(source, 'CLUSTER', 'MYID');
+    const targetId = await this.cli(target, 'CLUSTER', 'MYID');
+    await this.cli(target, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', sourceId);
+    await this.cli(source, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', targetId);
+    for (;;) {
+      const keys = (await this.cli(source, 'CLUSTER', 'GETKEYSINSLOT', slot, '1000'))
+        .split('\n')
+        .filter((k) => k !== '');
+      if (keys.length === 0) break;
+      await this.cli(
+        source,
+        'MIGRATE',
+        '127.0.0.1',
+        String(target),
+        '',
+        '0',
+        '5000',
+        'KEYS',
+        ...keys,
+      );
+    }
+    await this.cli(target, 'CLUSTER', 'SETSLOT', slot, 'NODE', targetId);
+    await this.cli(source, 'CLUSTER', 'SETSLOT', slot, 'NODE', targetId);
+    for (const port of await this.masters())
+      if (port !== source && port !== target)
+        await this.cli(port, 'CLUSTER', 'SETSLOT', slot, 'NODE', targetId);
   }
 
   /// SIGKILLs the node on `port` (a crash: no goodbye to the cluster).
