@@ -44,7 +44,7 @@ const knownFields: Record<string, Set<string>> = {
     ...['type', 'name', 'runtime', 'dockerfilePath', 'dockerContext', 'plan'],
     ...['maxShutdownDelaySeconds', 'envVars', 'numInstances'],
   ]),
-  keyvalue: new Set(['type', 'name', 'plan', 'maxmemoryPolicy', 'ipAllowList']),
+  keyvalue: new Set(['type', 'name', 'plan', 'maxmemoryPolicy', 'persistenceMode', 'ipAllowList']),
 };
 
 describe('render.yaml', () => {
@@ -72,6 +72,9 @@ describe('render.yaml', () => {
     const [kv, ...otherKv] = byType('keyvalue');
     assert.ok(kv && otherKv.length === 0);
     assert.equal(kv['maxmemoryPolicy'], 'noeviction');
+    // Explicit, not the plan's default: the journal is what keeps acknowledged batches across a
+    // restart of the Key Value instance.
+    assert.equal(kv['persistenceMode'], 'journal-snapshot');
     assert.deepEqual(kv['ipAllowList'], [], 'no public access to Key Value');
     assert.notEqual(kv['plan'], 'free', 'a plan that keeps data');
 
@@ -141,6 +144,30 @@ describe('docker-compose.yml', () => {
     const build = services['gateway']!['build'] as Doc;
     assert.ok(existsSync(join(root, String(build['dockerfile']))));
     assert.match(String((services['server']!['environment'] as Doc)['AUTH_SECRET']), /AUTH_SECRET/);
+  });
+
+  it('with the redis-cluster profile, runs six cluster nodes and a server on them', async () => {
+    const compose = await load('docker-compose.yml');
+    const services = compose['services'] as Record<string, Doc>;
+    const inProfile = Object.keys(services).filter((name) =>
+      (services[name]!['profiles'] as string[] | undefined)?.includes('redis-cluster'),
+    );
+    const nodes = inProfile.filter((name) => /^redis-cluster-\d$/.test(name));
+    assert.equal(nodes.length, 6, 'three masters and three replicas');
+    for (const name of nodes) {
+      const command = (services[name]!['command'] as unknown[]).map(String);
+      const option = (flag: string) => command[command.indexOf(`--${flag}`) + 1];
+      assert.equal(option('cluster-enabled'), 'yes', name);
+      assert.equal(option('appendfsync'), 'always', name);
+      assert.equal(option('maxmemory-policy'), 'noeviction', name);
+    }
+    const init = String((services['redis-cluster-init']!['command'] as unknown[])[0]);
+    assert.match(init, /--cluster-replicas 1/);
+    const env = services['server-cluster']!['environment'] as Doc;
+    for (const seed of String(env['REDIS_CLUSTER_NODES']).split(','))
+      assert.ok(nodes.includes(seed.split(':')[0]!), `seed ${seed} is a cluster node`);
+    assert.equal(env['REDIS_MIN_REPLICAS_ACKED'], '1');
+    assert.equal(env['REDIS_URL'], undefined);
   });
 
   it('caps Redis below its container`s memory, refusing writes rather than evicting', async () => {
@@ -217,7 +244,15 @@ describe('docker-compose config', () => {
       'node-2',
       'node-3',
       'redis',
+      'redis-cluster-1',
+      'redis-cluster-2',
+      'redis-cluster-3',
+      'redis-cluster-4',
+      'redis-cluster-5',
+      'redis-cluster-6',
+      'redis-cluster-init',
       'server',
+      'server-cluster',
     ]);
     await assert.rejects(compose(['config', '-q'], {}), /AUTH_SECRET/);
   });
