@@ -1,13 +1,82 @@
+import { execFile, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type { Node } from 'prosemirror-model';
+import { Transform } from 'prosemirror-transform';
 import { createClient } from 'redis';
+import { emptyDoc, schema, schemaVersion, type StepJSON } from '../schema/index.js';
 import { RedisStore } from '../server/stores/redis_store.js';
-import { RedisCluster } from '../test/support/redis_cluster.js';
-import { RedisProcess } from '../test/support/redis_process.js';
-import { appendOf, snapshotOf, typingHistory } from '../test/support/store_fixtures.js';
+import type { AppendRequest, Snapshot } from '../server/stores/store.js';
+
+const run = promisify(execFile);
+
+/// A typed history: `docs[v]` is the document at version `v`, `steps[v]` the step after it
+/// (one character typed at the end, a new paragraph every 20).
+function typingHistory(length: number): { docs: Node[]; steps: StepJSON[] } {
+  const docs = [emptyDoc()];
+  const steps: StepJSON[] = [];
+  for (let v = 0; v < length; v++) {
+    const doc = docs[v]!;
+    const tr = new Transform(doc);
+    if (v > 0 && v % 20 === 0) tr.insert(doc.content.size, schema.node('paragraph'));
+    else tr.insert(doc.content.size - 1, schema.text(String.fromCharCode(97 + (v % 26))));
+    steps.push(tr.steps[0]!.toJSON() as StepJSON);
+    docs.push(tr.doc);
+  }
+  return { docs, steps };
+}
+
+function appendOf(
+  h: { steps: StepJSON[] },
+  epoch: string,
+  from: number,
+  to: number,
+): AppendRequest {
+  const steps = h.steps.slice(from, to);
+  return { epoch, baseVersion: from, steps, clientIDs: steps.map(() => 'bench') };
+}
+
+function snapshotOf(h: { docs: Node[] }, epoch: string, version: number): Snapshot {
+  return { doc: h.docs[version]!.toJSON(), version, epoch, schemaVersion, savedAt: Date.now() };
+}
+
+/// A 3+3 cluster from deploy/redis-cluster.sh, in a temp dir on ports from `base`.
+async function startCluster(
+  base: number,
+): Promise<{ rootNodes: { url: string }[]; stop(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'scriptorium-bench-cluster-'));
+  // No AOF: what is measured is replication, not the disk.
+  const env = {
+    ...process.env,
+    REDIS_CLUSTER_PORT: String(base),
+    REDIS_CLUSTER_DIR: dir,
+    REDIS_CLUSTER_APPENDONLY: 'no',
+  };
+  await run('deploy/redis-cluster.sh', ['start'], { env });
+  // The replicas' first sync: WAIT answers 0 until it is done.
+  for (let i = 0; i < 100; i++) {
+    const { stdout } = await run('redis-cli', ['-p', String(base), 'WAIT', '1', '100']).catch(
+      () => ({ stdout: '0' }),
+    );
+    if (stdout.trim() !== '0') break;
+  }
+  return {
+    rootNodes: [0, 1, 2].map((i) => ({ url: `redis://127.0.0.1:${base + i}` })),
+    stop: async () => {
+      await run('deploy/redis-cluster.sh', ['stop'], { env });
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
 
 // What REDIS_MIN_REPLICAS_ACKED costs and what a document costs in Redis memory.
 // Usage: npm run bench:replicas. Starts its own Redis Cluster (3 masters, 3 replicas, on this
-// machine) and its own single redis-server; needs redis-server and redis-cli.
+// machine, deploy/redis-cluster.sh on ports 17200-17205, REDIS_CLUSTER_PORT to move them) and
+// its own redis-server (port 17300, REDIS_BENCH_PORT); needs redis-server and redis-cli.
 //
 // 1. Append latency on the cluster, minReplicasAcked 0 against 1, runs alternated (A B A B …)
 //    so that load from elsewhere on the machine falls on both: one append of one step at a
@@ -73,8 +142,7 @@ async function latencyRun(
 }
 
 async function latency(): Promise<void> {
-  const cluster = new RedisCluster({ nodeTimeoutMs: 2000 });
-  await cluster.start();
+  const cluster = await startCluster(Number(process.env['REDIS_CLUSTER_PORT'] ?? 17_200));
   try {
     const results: Record<number, { seq: [number, number]; par: [number, number] }[]> = {
       0: [],
@@ -112,13 +180,19 @@ const shapes: Shape[] = [
 ];
 
 async function memory(): Promise<void> {
-  const redis = new RedisProcess();
-  await redis.start();
-  const client = createClient({ url: redis.url });
+  const port = Number(process.env['REDIS_BENCH_PORT'] ?? 17_300);
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
+  const url = `redis://127.0.0.1:${port}`;
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const client = createClient({ url });
   await client.connect();
   const used = async (): Promise<number> =>
     Number(/used_memory:(\d+)/.exec(await client.info('memory'))![1]);
-  const store = new RedisStore({ url: redis.url, commandTimeoutMs: 10_000 });
+  const store = new RedisStore({ url, commandTimeoutMs: 10_000 });
   await store.ready(10_000);
   console.log('\nRedis memory per document (used_memory delta / documents):');
   console.log('document | documents | bytes per document | snapshot JSON bytes');
@@ -151,7 +225,7 @@ async function memory(): Promise<void> {
   } finally {
     await store.close();
     await client.close();
-    await redis.kill();
+    child.kill('SIGKILL');
   }
 }
 

@@ -7,6 +7,7 @@
 # Each node keeps an AOF fsync'd on every write in $REDIS_CLUSTER_DIR (default
 # ./redis-cluster-data), so a stopped cluster starts again with its documents. The
 # cluster-node-timeout is 2000 ms: a dead master's replica takes over after about 3 s.
+# REDIS_CLUSTER_APPENDONLY=no keeps nothing on disk (benchmarks of replication alone).
 set -euo pipefail
 base=${REDIS_CLUSTER_PORT:-7000}
 dir=${REDIS_CLUSTER_DIR:-./redis-cluster-data}
@@ -18,7 +19,8 @@ start() {
     mkdir -p "$dir/$port"
     redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
       --dir "$dir/$port" --cluster-enabled yes --cluster-config-file nodes.conf \
-      --cluster-node-timeout 2000 --appendonly yes --appendfsync always --save '' \
+      --cluster-node-timeout 2000 --save '' \
+      $(if [ "${REDIS_CLUSTER_APPENDONLY:-yes}" = no ]; then echo --appendonly no; else echo --appendonly yes --appendfsync always; fi) \
       --logfile "$dir/$port/redis.log" --pidfile "$dir/$port/redis.pid"
   done
   for port in $ports; do
