@@ -7,7 +7,8 @@ import { promisify } from 'node:util';
 import type { Node } from 'prosemirror-model';
 import { Transform } from 'prosemirror-transform';
 import { createClient } from 'redis';
-import { emptyDoc, schema, schemaVersion, type StepJSON } from '../schema/index.js';
+import { emptyDoc, schema, schemaVersion } from '../schema/index.js';
+import { type StepJSON } from '../schema/events.js';
 import { RedisStore } from '../server/stores/redis_store.js';
 import type { AppendRequest, Snapshot } from '../server/stores/store.js';
 
