@@ -332,6 +332,22 @@ export const settings = {
     'limit',
     '…and in a burst (at least twice `MAX_MESSAGE_BYTES`)',
   ),
+  /// Room for an office behind one NAT: a hundred editors typing with presence on stay under
+  /// it. Behind a gateway, the address is the one `TRUST_PROXY` believes.
+  addressFramesPerSecond: whole(
+    'ADDRESS_FRAMES_PER_SECOND',
+    2_000,
+    [0, 10_000_000],
+    'limit',
+    "frames all of one client address's connections may send per second together, two seconds' worth in a burst (the connection that goes over is closed `rate-limited`; `0`: no limit)",
+  ),
+  addressFrameBytesPerSecond: whole(
+    'ADDRESS_FRAME_BYTES_PER_SECOND',
+    8 * 1024 * 1024,
+    [0, 1024 * mib],
+    'limit',
+    '…and bytes of frames (`0`: no limit)',
+  ),
   /// Distinct documents one user (the authenticated user; in open mode, one client address)
   /// may have sockets on at once (0 = no limit): what keeps one client from holding every
   /// one of `maxLoadedDocuments`.
@@ -568,3 +584,10 @@ export const defaultLimits: Readonly<LimitSettings> = Object.freeze(
 export const processSettings: ReadonlySet<string> = new Set(
   settingRows.filter(([, row]) => row.scope === 'process').map(([name]) => name),
 );
+
+/// The limits of `config`: every setting but the standalone server's own, for `createCollab`.
+export function limitsOf(config: Readonly<Config>): LimitSettings {
+  return Object.fromEntries(
+    settingRows.filter(([, row]) => row.scope === 'limit').map(([name]) => [name, config[name]]),
+  ) as LimitSettings;
+}

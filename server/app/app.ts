@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { Gauge } from 'prom-client';
 import { Server } from 'socket.io';
 import type { Config } from '../config.js';
+import { limitsOf } from '../settings.js';
 import {
   createCollab,
   createMetricsRegistry,
@@ -50,27 +51,10 @@ export function createScriptorium(
   deps: { store: Store; log: Logger; metrics?: MetricsRecorder },
 ): Scriptorium {
   const { store, log } = deps;
+  const { metricsEnabled, nodeId, allowedOrigins, metricsToken, metricsDocIds } =
+    config;
   // Everything but the process's own settings is a limit of the collab.
-  const {
-    port,
-    host,
-    redisUrl,
-    dataDir,
-    store: storeSetting,
-    logLevel,
-    metricsEnabled,
-    nodeId,
-    authSecret,
-    authPublicKey,
-    authAudience,
-    authIssuer,
-    auth,
-    nodeEnv,
-    allowedOrigins,
-    metricsToken,
-    metricsDocIds,
-    ...limits
-  } = config;
+  const limits = limitsOf(config);
   const verifier = verifierFor(config);
   const redact = metricsDocIds ? null : docIdRedactor();
   const metrics: MetricsRecorder =

@@ -12,6 +12,10 @@ export interface EngineLimits {
   framesBurst: number;
   frameBytesPerSecond: number;
   frameBytesBurst: number;
+  /// The budget of all the connections of one address together, per second; its bucket holds
+  /// two seconds' worth (0 = no limit).
+  addressFramesPerSecond: number;
+  addressFrameBytesPerSecond: number;
 }
 
 /// Engine.IO's `allowRequest` option.
@@ -67,6 +71,8 @@ const pendingForgetMs = 10_000;
 /// every namespace a collab is attached to, once per Engine.IO server.
 export class EngineGuard {
   private readonly perAddress = new Map<string, number>();
+  /// The frame budget each address's connections share, while it has any.
+  private readonly addressBudgets = new Map<string, FrameBudget>();
   private total = 0;
   /// Handshakes allowed whose connection is not made yet, in the order they were allowed.
   private readonly pending = new Map<IncomingMessage, { address: string; at: number }>();
@@ -155,8 +161,12 @@ export class EngineGuard {
   private release(address: string): void {
     this.total--;
     const count = (this.perAddress.get(address) ?? 0) - 1;
-    if (count > 0) this.perAddress.set(address, count);
-    else this.perAddress.delete(address);
+    if (count > 0) {
+      this.perAddress.set(address, count);
+    } else {
+      this.perAddress.delete(address);
+      this.addressBudgets.delete(address);
+    }
   }
 
   private forgetPending(now: number): void {
@@ -192,18 +202,58 @@ export class EngineGuard {
       this.release(address);
     });
     const limits = this.limits;
-    if (limits.framesPerSecond === 0 && limits.frameBytesPerSecond === 0) return;
-    const budget = new FrameBudget(limits, performance.now());
+    const now = performance.now();
+    const own =
+      limits.framesPerSecond === 0 && limits.frameBytesPerSecond === 0
+        ? null
+        : new FrameBudget(
+            limits.framesPerSecond,
+            limits.framesBurst,
+            limits.frameBytesPerSecond,
+            limits.frameBytesBurst,
+            now,
+          );
+    const shared = this.addressBudget(address, now);
+    if (!own && !shared) return;
     let over = false;
     conn.on('packet', (packet) => {
-      if (over || budget.charge(packetBytes(packet), performance.now())) return;
+      if (over) return;
+      const bytes = packetBytes(packet);
+      const at = performance.now();
+      // Both are charged, so that a connection within its own budget still draws on its
+      // address's: many connections each just under their budget add up there.
+      const ownOk = own === null || own.charge(bytes, at);
+      const sharedOk = shared === null || shared.charge(bytes, at);
+      if (ownOk && sharedOk) return;
       over = true;
-      this.refuse(conn);
+      this.refuse(conn, ownOk ? 'address' : 'connection');
     });
   }
 
-  /// Closes `conn`, over its budget: its protocol sockets are told why first.
-  private refuse(conn: EngineConnection): void {
+  /// The budget `address`'s connections share, made with its first connection; null when
+  /// addresses have none.
+  private addressBudget(address: string, now: number): FrameBudget | null {
+    const { addressFramesPerSecond: frames, addressFrameBytesPerSecond: bytes } = this.limits;
+    if (frames === 0 && bytes === 0) return null;
+    let budget = this.addressBudgets.get(address);
+    if (!budget) {
+      // Two seconds' worth, and never less than one connection's burst: an address with one
+      // connection is held to that connection's budget alone.
+      budget = new FrameBudget(
+        frames,
+        Math.max(2 * frames, this.limits.framesBurst),
+        bytes,
+        Math.max(2 * bytes, this.limits.frameBytesBurst),
+        now,
+      );
+      this.addressBudgets.set(address, budget);
+    }
+    return budget;
+  }
+
+  /// Closes `conn`, over its own budget or its address's: its protocol sockets are told why
+  /// first.
+  private refuse(conn: EngineConnection, whose: 'connection' | 'address'): void {
     const sockets = this.sockets.get(conn);
     if (!sockets || sockets.size === 0) {
       conn.close();
@@ -214,7 +264,10 @@ export class EngineGuard {
         socket,
         {
           code: 'rate-limited',
-          message: 'This connection sent more messages than the server allows: reconnect later',
+          message:
+            whose === 'connection'
+              ? 'This connection sent more messages than the server allows: reconnect later'
+              : "This address's connections sent more messages than the server allows: reconnect later",
           retryAfterMs: 1000,
         },
         true,
@@ -233,11 +286,17 @@ class FrameBudget {
   private readonly byteRate: number;
   private readonly byteBurst: number;
 
-  constructor(limits: EngineLimits, now: number) {
-    this.frameRate = limits.framesPerSecond;
-    this.frameBurst = limits.framesBurst;
-    this.byteRate = limits.frameBytesPerSecond;
-    this.byteBurst = limits.frameBytesBurst;
+  constructor(
+    frameRate: number,
+    frameBurst: number,
+    byteRate: number,
+    byteBurst: number,
+    now: number,
+  ) {
+    this.frameRate = frameRate;
+    this.frameBurst = frameBurst;
+    this.byteRate = byteRate;
+    this.byteBurst = byteBurst;
     this.frames = this.frameBurst;
     this.bytes = this.byteBurst;
     this.last = now;

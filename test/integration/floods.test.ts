@@ -4,7 +4,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { EditorState } from 'prosemirror-state';
-import type { Socket } from 'socket.io-client';
+import { io, type Socket } from 'socket.io-client';
 import { emptyDoc } from '../../schema/index.js';
 import { type ClosingNotice, type StepsAnswer, type SyncAnswer } from '../../schema/events.js';
 import { startServer, type TestServer } from '../support/server.js';
@@ -133,5 +133,69 @@ describe('floods', () => {
     } finally {
       editor.close();
     }
+  });
+});
+
+describe("an address's shared frame budget", () => {
+  /// A websocket that says it comes from `from` through the trusted (loopback) proxy.
+  function forwarded(url: string, doc: string, clientID: string, from: string): Promise<Socket> {
+    const socket = io(url, {
+      transports: ['websocket'],
+      reconnection: false,
+      forceNew: true,
+      query: { doc },
+      auth: { clientID },
+      extraHeaders: { 'X-Forwarded-For': from },
+    });
+    return new Promise((resolve, reject) => {
+      socket.once('connect', () => resolve(socket));
+      socket.once('connect_error', reject);
+    });
+  }
+
+  it('closes connections that each stay under their own budget but together exceed it', async (t) => {
+    // Each connection's own budget (200 frames/s) is never reached; their address's (300 a
+    // second, 600 in a burst) is, within a second or two of six of them sending 100 a second.
+    const server = await startServer({
+      trustProxy: ['loopback'],
+      framesPerSecond: 200,
+      framesBurst: 500,
+      addressFramesPerSecond: 300,
+    });
+    t.after(() => server.close());
+    const flooders = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        forwarded(server.url, 'shared-doc', `f${i}`, '198.51.100.7'),
+      ),
+    );
+    const other = await forwarded(server.url, 'shared-doc', 'other', '198.51.100.8');
+    t.after(() => {
+      for (const socket of [...flooders, other]) socket.close();
+    });
+    const closings: string[] = [];
+    for (const socket of flooders) {
+      socket.on('closing', (notice: ClosingNotice) => closings.push(notice.code));
+    }
+    let otherClosed: string | null = null;
+    other.on('closing', (notice: ClosingNotice) => (otherClosed = notice.code));
+    for (const socket of [...flooders, other])
+      assert.ok((await ask<SyncAnswer>(socket, 'join', {})).ok);
+
+    // 100 presence frames a second from each socket, in ticks of 10 ms, for up to 4 s.
+    const presence = { version: 0, anchor: 1, head: 1, name: 'F', color: '#aa0000' };
+    const started = performance.now();
+    while (closings.length === 0 && performance.now() - started < 4_000) {
+      for (const socket of [...flooders, other]) {
+        if (socket.connected) socket.emit('presence', presence);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.ok(closings.length > 0, 'a connection of the flooding address was closed');
+    assert.ok(
+      closings.every((code) => code === 'rate-limited'),
+      closings.join(', '),
+    );
+    assert.equal(otherClosed, null, "another address's connection is not charged for it");
+    assert.ok(other.connected);
   });
 });
