@@ -16,3 +16,21 @@ export async function waitFor(
 export function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
+
+/// Calls `probe` every `intervalMs` until `done` holds for its value or `timeoutMs` has passed,
+/// and resolves with the last value either way, so that the caller asserts on it and says what
+/// went wrong. For conditions that need a round trip (an HTTP read, a store query).
+export async function pollUntil<T>(
+  probe: () => Promise<T>,
+  done: (value: T) => boolean,
+  timeoutMs: number,
+  intervalMs = 100,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let value = await probe();
+  while (!done(value) && Date.now() < deadline) {
+    await delay(intervalMs);
+    value = await probe();
+  }
+  return value;
+}

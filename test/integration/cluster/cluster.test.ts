@@ -11,7 +11,7 @@ import { docKeys } from '../../../server/stores/redis_keys.js';
 import { Random, editRandomly, openEditor, waitConverged } from '../../support/editors.js';
 import { freePortRange } from '../../support/redis_process.js';
 import { deleteRedisKeys, redisForTests } from '../../support/store_fixtures.js';
-import { waitFor } from '../../support/wait.js';
+import { pollUntil, waitFor } from '../../support/wait.js';
 
 // `npm run cluster`: three nodes on a real Redis behind the nginx gateway. Documents spread
 // over the nodes; editors converge through the gateway; kill -9 of a document's node: the
@@ -168,12 +168,12 @@ describe('a cluster of three nodes behind the gateway', () => {
       const editing = Promise.all(
         editors.map((e, i) => editRandomly(e, new Random(50 + i), 20, 50)),
       );
-      let after: Served | null = null;
-      while (Date.now() - killedAt < 20_000) {
-        after = await served(docIds[0]!).catch(() => null);
-        if (after && after.node !== victim) break;
-        await new Promise((resolve) => setTimeout(resolve, 200));
-      }
+      const after = await pollUntil(
+        () => served(docIds[0]!).catch(() => null),
+        (found) => found !== null && found.node !== victim,
+        20_000,
+        200,
+      );
       assert.ok(after && after.node !== victim, 'served again by another node');
       const failoverMs = Date.now() - killedAt;
       assert.ok(failoverMs < 20_000, `served again after ${failoverMs} ms`);
@@ -188,12 +188,12 @@ describe('a cluster of three nodes behind the gateway', () => {
           );
           // The killed node may have owned this document too, and the restarted one takes its
           // documents back: while a document changes hands its GET answers 503 for a moment.
-          const servedBy = Date.now() + 20_000;
-          let final = await served(docId).catch(() => null);
-          while (final === null && Date.now() < servedBy) {
-            await new Promise((resolve) => setTimeout(resolve, 200));
-            final = await served(docId).catch(() => null);
-          }
+          const final = await pollUntil(
+            () => served(docId).catch(() => null),
+            (found) => found !== null,
+            20_000,
+            200,
+          );
           assert.ok(final, `${docId} served again`);
           const stored = final;
           await waitConverged(mine, () => stored.version);
@@ -212,13 +212,12 @@ describe('a cluster of three nodes behind the gateway', () => {
         'the node restarted',
         30_000,
       );
-      const backBy = Date.now() + 30_000;
-      let back: Served | null = null;
-      while (Date.now() < backBy) {
-        back = await served(docIds[0]!).catch(() => null);
-        if (back?.node === victim) break;
-        await new Promise((resolve) => setTimeout(resolve, 250));
-      }
+      const back = await pollUntil(
+        () => served(docIds[0]!).catch(() => null),
+        (found) => found?.node === victim,
+        30_000,
+        250,
+      );
       if (back?.node !== victim)
         assert.fail(`the document did not go back to ${victim}: ${await diagnose(docIds[0]!)}`);
       await Promise.all(editors.map((e, i) => editRandomly(e, new Random(90 + i), 10, 30)));

@@ -24,7 +24,7 @@ import { roomsOf } from '../../../server/collab.js';
 import { CollabClient } from '../../../client/index.js';
 import { ask } from '../../support/socket.js';
 import { deleteRedisKeys, redisForTests } from '../../support/store_fixtures.js';
-import { waitFor } from '../../support/wait.js';
+import { delay, waitFor } from '../../support/wait.js';
 
 // createCollab embedded in a host app of the test's own: its http server, its Socket.io
 // server, its schema (the built-in one plus a `callout` block) and its authentication (tokens
@@ -250,7 +250,8 @@ describe('createCollab in a host app', () => {
       // The expiry sweep sends the socket away within 250 ms of the expiry; a batch sent
       // before that is refused. Either way it is `unauthorized`, and nothing is written.
       const closing = new Promise<{ code: string }>((resolve) => sue.once('closing', resolve));
-      await new Promise((resolve) => setTimeout(resolve, 320));
+      // Elapsed time is the behaviour here: past the token's expiry (300 ms).
+      await delay(320);
       const after = await Promise.race([
         ask<StepsAnswer>(sue, 'steps', {
           version: version + 1,
@@ -295,7 +296,9 @@ describe('createCollab in a host app', () => {
       chat.connect();
       assert.equal((await closing).code, 'unauthorized');
       await waitFor(() => !collabSocket.connected, 'the collab socket to be sent away');
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      // Nothing to wait for: the chat socket must stay connected a while after the collab
+      // socket was sent away.
+      await delay(100);
       assert.equal(chat.connected, true);
       await new Promise<void>((resolve, reject) =>
         chat.timeout(2000).emit('hello', (err: Error | null) => (err ? reject(err) : resolve())),
@@ -323,7 +326,8 @@ describe('createCollab in a host app', () => {
       };
       typeText('one ');
       await editor.settled();
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      // Elapsed time is the behaviour here: the edit below is typed after the token expired.
+      await delay(500);
       // Past the token's expiry the server sent the socket away (`closing unauthorized`); the
       // client reconnected with a fresh token from the function, and the edit goes through
       // (or, typed in a connection's last moments, is refused `unauthorized` and sent again).
@@ -349,7 +353,8 @@ describe('createCollab in a host app', () => {
       alice.close();
     }
     // Still hers once her sockets are gone: she may come back with unconfirmed steps.
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Nothing to wait for: the binding must outlast her sockets' disconnection for a while.
+    await delay(100);
     assert.equal(await refusal(open(host, 'doc-e', 'c-shared', 'bob')), 'forbidden');
     const back = await open(host, 'doc-e', 'c-shared', 'alice');
     back.close();

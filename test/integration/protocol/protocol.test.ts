@@ -5,6 +5,7 @@ import { emptyDoc } from '../../../schema/index.js';
 import { type StepsAnswer, type SyncAnswer } from '../../../schema/events.js';
 import { startServer, type TestServer } from '../../support/server.js';
 import { ask, rawSocket } from '../../support/socket.js';
+import { waitFor } from '../../support/wait.js';
 
 function typing(text: string, at: number, doc = emptyDoc()) {
   return EditorState.create({ doc })
@@ -85,7 +86,7 @@ describe('protocol', () => {
       const answer = await ask<StepsAnswer>(a, 'steps', { version: 0, steps: typing('hi', 1) });
       seenByA.push(`ack@${answer.ok ? answer.version : answer.code}`);
       assert.deepEqual(seenByA, ['steps@1', 'ack@1']);
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await waitFor(() => seenByB.length > 0, 'the broadcast to b');
       assert.equal(seenByB.length, 1);
       assert.deepEqual((seenByB[0] as { clientIDs: string[] }).clientIDs, ['a']);
 
@@ -133,7 +134,7 @@ describe('protocol', () => {
         results.map((r) => r.ok && r.version),
         Array.from({ length: 20 }, (_, i) => i + 1),
       );
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await waitFor(() => steps >= 20, 'the 20 steps to reach the watcher');
       assert.equal(steps, 20);
       assert.equal(versions[versions.length - 1], 20);
       assert.ok(
@@ -211,7 +212,7 @@ describe('flush interval under load', () => {
       assert.deepEqual(fromB, { ok: true, version: 2 });
       assert.deepEqual(fromA, { ok: true, version: 3 });
       assert.deepEqual(seenByA, ['steps@3', 'ack@3']);
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await waitFor(() => seen.length >= 2, 'both broadcasts to reach the watcher');
       assert.deepEqual(seen, ['steps@1:a', 'steps@3:b,a']);
     } finally {
       a.close();

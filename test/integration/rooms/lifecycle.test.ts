@@ -20,7 +20,8 @@ class FaultyStore extends MemoryStore {
   failSnapshots = false;
   override async load(docId: string): Promise<StoredDocument | null> {
     this.loads++;
-    await new Promise((resolve) => setTimeout(resolve, 30));
+    // A slow load is the behaviour: concurrent joins arrive while it is under way.
+    await delay(30);
     return super.load(docId);
   }
   override async snapshot(docId: string, snapshot: Snapshot): Promise<SnapshotOutcome> {
@@ -148,7 +149,8 @@ describe('document lifecycle', () => {
       store.failSnapshots = true;
       editor.close();
       await waitFor(() => server.server.io.engine.clientsCount === 0, 'the socket to leave');
-      await new Promise((resolve) => setTimeout(resolve, 400));
+      // Nothing to wait for: the document must stay loaded while its snapshot keeps failing.
+      await delay(400);
       assert.ok(server.server.rooms.peek('idle'), 'a document whose snapshot failed stays loaded');
       store.failSnapshots = false;
       await waitFor(

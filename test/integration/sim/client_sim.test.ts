@@ -16,7 +16,7 @@ import { runSwarm } from '../../../client-sim/swarm.js';
 import { WindowRecorder, type SliceWindow } from '../../../client-sim/window_recorder.js';
 import { schema } from '../../../schema/index.js';
 import { startServer, type TestServer } from '../../support/server.js';
-import { waitFor } from '../../support/wait.js';
+import { delay, waitFor } from '../../support/wait.js';
 
 /// A swarm slice in this thread with two light editors of `docId` typing at `ratePerSec`, and
 /// a function that waits for its next message of a type.
@@ -72,7 +72,8 @@ async function editFor(
   slice.handle({ type: 'connect', timeoutMs: 10_000 });
   assert.deepEqual((await reply('connected')).failures, []);
   slice.handle({ type: 'start', atMs: Date.now() });
-  await new Promise((resolve) => setTimeout(resolve, ms));
+  // Elapsed time is the behaviour: the swarm edits for `ms`.
+  await delay(ms);
 }
 
 describe('client-sim: a short swarm against a real server', () => {
@@ -225,7 +226,8 @@ describe('client-sim: a short swarm against a real server', () => {
       await waitFor(() => light.every((editor) => editor.inFlight), 'both editors to wait');
       slice.handle({ type: 'stop', drainTimeoutMs: 0 });
       assert.equal((await reply('stopped')).undrained, 2);
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      // Elapsed time: the stopped editors' batches in flight are left to land before the read.
+      await delay(500);
       const served = await fetchDocument(server.url, docId);
       slice.handle({ type: 'check', docs: [{ docId, ...served }], timeoutMs: 5000 });
       const checks = (await reply('checked')).checks;
@@ -282,7 +284,8 @@ describe('client-sim: a short swarm against a real server', () => {
       // waits for (on loopback the confirmation itself takes a few ms).
       const until = performance.now() + 800;
       while (performance.now() < until);
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      // Elapsed time: the edit timers that came due during the busy loop fire now.
+      await delay(20);
       lightEditor.stop();
       fullEditor.stop();
       await waitFor(() => lightEditor.drained && fullEditor.drained, 'the edits confirmed', 10_000);
@@ -332,7 +335,8 @@ describe('client-sim: a short swarm against a real server', () => {
         if (url === server.url) await editor.client.ready().catch(() => {});
         assert.match(editor.client.status, status);
         editor.start(0);
-        await new Promise((resolve) => setTimeout(resolve, 300));
+        // Elapsed time is the behaviour: the editor edits for 300 ms.
+        await delay(300);
         editor.stop();
       } finally {
         editor.close();
