@@ -127,7 +127,7 @@ describe('tokens in the fragment, in a browser', () => {
     await editor.context().close();
   });
 
-  it("the editor sends a fragment's token with its '+' kept and its escapes decoded once", async () => {
+  it("the editor sends a fragment's token with its '+' kept and its escapes decoded once", async (t) => {
     // An embedding host's token is opaque to us and may be base64 (with `+`): the editor read
     // the fragment with URLSearchParams, which turned each `+` into a space, so such a token
     // was refused. An open server, so that the handshake reaches the recorder below.
@@ -137,17 +137,14 @@ describe('tokens in the fragment, in a browser', () => {
       sent.push(socket.handshake.auth['token']);
       next();
     });
-    try {
-      const editor = await page();
-      await editor.goto(`${open.url}/d/plus-token#token=a+b%2Bc%20d%2541&view=1`);
-      await editor.waitForFunction(
-        () => document.getElementById('status')?.dataset['state'] === 'synced',
-      );
-      assert.deepEqual(sent, ['a+b+c d%41']);
-      await editor.context().close();
-    } finally {
-      await open.close();
-    }
+    t.after(() => open.close());
+    const editor = await page();
+    await editor.goto(`${open.url}/d/plus-token#token=a+b%2Bc%20d%2541&view=1`);
+    await editor.waitForFunction(
+      () => document.getElementById('status')?.dataset['state'] === 'synced',
+    );
+    assert.deepEqual(sent, ['a+b+c d%41']);
+    await editor.context().close();
   });
 
   it('the dashboard polls with the metrics token from its fragment', async () => {

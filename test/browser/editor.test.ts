@@ -380,18 +380,15 @@ describe('browser editor', () => {
     );
   });
 
-  it('explains an address that is not a document, and a new document gets a fresh address', async () => {
+  it('explains an address that is not a document, and a new document gets a fresh address', async (t) => {
     const context = await browser.newContext();
-    try {
-      const page = await context.newPage();
-      const response = await page.goto(`${server.url}/d/${encodeURIComponent('no spaces!')}`);
-      assert.equal(response?.status(), 400);
-      assert.equal(await page.textContent('h1'), 'Not a document address');
-      await page.goto(`${server.url}/`);
-      assert.match(new URL(page.url()).pathname, /^\/d\/[A-Za-z0-9_-]{16}$/);
-      await waitStatus(page, 'synced');
-    } finally {
-      await context.close();
-    }
+    t.after(() => context.close());
+    const page = await context.newPage();
+    const response = await page.goto(`${server.url}/d/${encodeURIComponent('no spaces!')}`);
+    assert.equal(response?.status(), 400);
+    assert.equal(await page.textContent('h1'), 'Not a document address');
+    await page.goto(`${server.url}/`);
+    assert.match(new URL(page.url()).pathname, /^\/d\/[A-Za-z0-9_-]{16}$/);
+    await waitStatus(page, 'synced');
   });
 });

@@ -156,7 +156,7 @@ describe('browser editor offline and reloaded', () => {
 });
 
 describe('browser editor offline in a full document', () => {
-  it('says in one notice how many keys typed offline the full document could not take, and blames no later reload on it', async () => {
+  it('says in one notice how many keys typed offline the full document could not take, and blames no later reload on it', async (t) => {
     // The document is at MAX_DOC_BYTES: none of the keys fits. The page once showed a notice
     // per key, each over the one before ("1 change could not be kept … Step 0 would make …").
     requireWebBundle();
@@ -166,73 +166,70 @@ describe('browser editor offline in a full document', () => {
     const docId = 'offline-full';
     let other: ReturnType<typeof openEditor> | null = null;
     const filler = openEditor(server.url, docId);
-    try {
-      await waitFor(() => filler.status === 'synced', 'the filler to join');
-      const { schema } = filler.state!;
-      const oneKey = schema.node('doc', null, [schema.node('paragraph', null, [schema.text('x')])]);
-      filler.dispatch(
-        filler.state!.tr.insertText('x'.repeat(4096 - nodeStats(oneKey).bytes + 1), 1),
-      );
-      await waitFor(() => filler.status === 'synced' && !filler.hasUnconfirmed, 'filled');
-      filler.close();
-
-      const { context, page } = await editorPage(browser, 'Ada', '#d7263d');
-      await page.goto(`${server.url}/d/${docId}`);
-      await waitStatus(page, 'synced');
-      await page.locator('.ProseMirror').click();
-      await page.keyboard.press('Control+End');
-      await context.setOffline(true);
-      await page.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
-      await waitStatus(page, 'offline');
-      await page.keyboard.type('abcdefghij'.repeat(3));
-      await context.setOffline(false);
-      await page.waitForFunction(
-        () =>
-          window.__scriptorium!.client.status === 'synced' &&
-          !window.__scriptorium!.client.hasUnconfirmed,
-      );
-      const notice = page.locator('#notice');
-      assert.equal(await notice.isVisible(), true);
-      assert.match(
-        (await notice.textContent()) ?? '',
-        /^30 changes could not be kept \(the server refused local steps\): they would make the document larger than 4096 bytes or \d+ positions\.$/,
-      );
-
-      // A later reload for another reason is not blamed on that refusal: offline, a key typed
-      // into text another editor deletes, then more steps than the server's history keeps.
-      other = openEditor(server.url, docId);
-      await waitFor(() => other!.status === 'synced', 'the other editor to join');
-      await context.setOffline(true);
-      await page.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
-      await waitStatus(page, 'offline');
-      await page.evaluate(() => {
-        const client = window.__scriptorium!.client;
-        client.dispatch(client.state!.tr.insertText('Z', 50));
-      });
-      other.dispatch(other.state!.tr.delete(1, other.state!.doc.firstChild!.nodeSize - 1));
-      for (let i = 0; i < 4; i++) other.dispatch(other.state!.tr.insertText('q', 1));
-      await waitFor(() => other!.status === 'synced' && !other!.hasUnconfirmed, 'deleted');
-      await context.setOffline(false);
-      await page.waitForFunction(
-        () =>
-          window.__scriptorium!.client.status === 'synced' &&
-          !window.__scriptorium!.client.hasUnconfirmed,
-      );
-      await page.waitForFunction(
-        () =>
-          document.querySelector('#notice')?.textContent !== '' &&
-          !document.querySelector('#notice')?.textContent?.startsWith('30'),
-      );
-      assert.equal(
-        await notice.textContent(),
-        '1 change could not be kept (the server no longer held the steps to catch up).',
-      );
-      await context.close();
-    } finally {
+    t.after(async () => {
       other?.close();
       filler.close();
       await browser.close();
       await server.close();
-    }
+    });
+    await waitFor(() => filler.status === 'synced', 'the filler to join');
+    const { schema } = filler.state!;
+    const oneKey = schema.node('doc', null, [schema.node('paragraph', null, [schema.text('x')])]);
+    filler.dispatch(filler.state!.tr.insertText('x'.repeat(4096 - nodeStats(oneKey).bytes + 1), 1));
+    await waitFor(() => filler.status === 'synced' && !filler.hasUnconfirmed, 'filled');
+    filler.close();
+
+    const { context, page } = await editorPage(browser, 'Ada', '#d7263d');
+    await page.goto(`${server.url}/d/${docId}`);
+    await waitStatus(page, 'synced');
+    await page.locator('.ProseMirror').click();
+    await page.keyboard.press('Control+End');
+    await context.setOffline(true);
+    await page.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
+    await waitStatus(page, 'offline');
+    await page.keyboard.type('abcdefghij'.repeat(3));
+    await context.setOffline(false);
+    await page.waitForFunction(
+      () =>
+        window.__scriptorium!.client.status === 'synced' &&
+        !window.__scriptorium!.client.hasUnconfirmed,
+    );
+    const notice = page.locator('#notice');
+    assert.equal(await notice.isVisible(), true);
+    assert.match(
+      (await notice.textContent()) ?? '',
+      /^30 changes could not be kept \(the server refused local steps\): they would make the document larger than 4096 bytes or \d+ positions\.$/,
+    );
+
+    // A later reload for another reason is not blamed on that refusal: offline, a key typed
+    // into text another editor deletes, then more steps than the server's history keeps.
+    other = openEditor(server.url, docId);
+    await waitFor(() => other!.status === 'synced', 'the other editor to join');
+    await context.setOffline(true);
+    await page.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
+    await waitStatus(page, 'offline');
+    await page.evaluate(() => {
+      const client = window.__scriptorium!.client;
+      client.dispatch(client.state!.tr.insertText('Z', 50));
+    });
+    other.dispatch(other.state!.tr.delete(1, other.state!.doc.firstChild!.nodeSize - 1));
+    for (let i = 0; i < 4; i++) other.dispatch(other.state!.tr.insertText('q', 1));
+    await waitFor(() => other!.status === 'synced' && !other!.hasUnconfirmed, 'deleted');
+    await context.setOffline(false);
+    await page.waitForFunction(
+      () =>
+        window.__scriptorium!.client.status === 'synced' &&
+        !window.__scriptorium!.client.hasUnconfirmed,
+    );
+    await page.waitForFunction(
+      () =>
+        document.querySelector('#notice')?.textContent !== '' &&
+        !document.querySelector('#notice')?.textContent?.startsWith('30'),
+    );
+    assert.equal(
+      await notice.textContent(),
+      '1 change could not be kept (the server no longer held the steps to catch up).',
+    );
+    await context.close();
   });
 });

@@ -159,35 +159,34 @@ describe('the Tiptap example in a browser', () => {
     await reader.context().close();
   });
 
-  it("a click on a collaborator's link opens no page that could take over the editor's tab", async () => {
+  it("a click on a collaborator's link opens no page that could take over the editor's tab", async (t) => {
     // StarterKit's link opened on click with `window.open(href, target)`, without noopener: the
     // opened page got `window.opener` and could send the editor's tab elsewhere (reverse
     // tabnabbing). This page reports whether it was opened and with an opener.
     const { reports, linked, href } = await linkedPage();
     const writer = new CollabClient({ url: example.url, docId: 'tiptap-link', schema });
-    try {
-      await writer.ready();
-      const tr = writer.state!.tr.insertText('see the minutes', 1);
-      writer.dispatch(tr.addMark(1, 16, schema.marks['link']!.create({ href })));
-      await writer.settled();
-
-      const page = await open('tiptap-link');
-      await page.waitForSelector('.tiptap a');
-      const opened: Page[] = [];
-      page.context().on('page', (other) => opened.push(other));
-      await page.click('.tiptap a');
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
-      assert.deepEqual(reports, [], 'the linked page was not opened');
-      assert.equal(opened.length, 0);
-      assert.equal(new URL(page.url()).origin, example.url, 'the editor stayed');
-      await page.context().close();
-    } finally {
+    t.after(async () => {
       writer.close();
       await new Promise((resolve) => linked.close(resolve));
-    }
+    });
+    await writer.ready();
+    const tr = writer.state!.tr.insertText('see the minutes', 1);
+    writer.dispatch(tr.addMark(1, 16, schema.marks['link']!.create({ href })));
+    await writer.settled();
+
+    const page = await open('tiptap-link');
+    await page.waitForSelector('.tiptap a');
+    const opened: Page[] = [];
+    page.context().on('page', (other) => opened.push(other));
+    await page.click('.tiptap a');
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    assert.deepEqual(reports, [], 'the linked page was not opened');
+    assert.equal(opened.length, 0);
+    assert.equal(new URL(page.url()).origin, example.url, 'the editor stayed');
+    await page.context().close();
   });
 
-  it("a link sent with rel=opener opens its page without the editor's window as opener", async () => {
+  it("a link sent with rel=opener opens its page without the editor's window as opener", async (t) => {
     // Tiptap's Link kept `rel`, `target` and `class` as attributes of the mark, which any
     // collaborator sets in a step, and rendered them as stored: `rel="opener"` with
     // `target="_blank"` gave the opened page `window.opener` when the link was clicked where
@@ -196,43 +195,42 @@ describe('the Tiptap example in a browser', () => {
     const { reports, linked, href } = await linkedPage();
     // A step written by hand, over a bare socket: no editor of the example makes this mark.
     const socket = rawSocket(example.url, 'tiptap-opener', 'crafted');
-    try {
-      const joined = await ask<SyncAnswer>(socket, 'join', {});
-      assert.ok(joined.ok, JSON.stringify(joined));
-      const attrs = { href, rel: 'opener', target: '_blank', class: 'tiptap' };
-      const text = { type: 'text', text: 'the minutes', marks: [{ type: 'link', attrs }] };
-      const step = { stepType: 'replace', from: 1, to: 1, slice: { content: [text] } };
-      const answer = await ask<StepsAnswer>(socket, 'steps', {
-        version: joined.version,
-        steps: [step],
-      });
-      // The schema has no such attributes: the step is taken, without them.
-      assert.ok(answer.ok, JSON.stringify(answer));
-      const served = await (await fetch(`${example.url}/docs/tiptap-opener`)).text();
-      assert.ok(served.includes(href), served);
-      assert.doesNotMatch(served, /opener|"target"|"class"/);
-
-      const page = await open('tiptap-opener', '&readonly=1');
-      const anchor = await page.waitForSelector('.tiptap a');
-      assert.equal(await anchor.getAttribute('rel'), 'noopener noreferrer nofollow');
-      assert.equal(await anchor.getAttribute('target'), '_blank');
-      // The observer's view is not editable, so the browser follows the click, in a new tab.
-      const opened = page.context().waitForEvent('page');
-      await anchor.click();
-      await (await opened).waitForLoadState();
-      const deadline = Date.now() + 5_000;
-      const opener = () => reports.filter((url) => url.startsWith('/report'));
-      while (opener().length === 0 && Date.now() < deadline) {
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-      // (The browser may ask for /favicon.ico too.)
-      assert.equal(reports[0], '/minutes');
-      assert.deepEqual(opener(), ['/report?opener=false']);
-      await page.context().close();
-    } finally {
+    t.after(async () => {
       socket.close();
       await new Promise((resolve) => linked.close(resolve));
+    });
+    const joined = await ask<SyncAnswer>(socket, 'join', {});
+    assert.ok(joined.ok, JSON.stringify(joined));
+    const attrs = { href, rel: 'opener', target: '_blank', class: 'tiptap' };
+    const text = { type: 'text', text: 'the minutes', marks: [{ type: 'link', attrs }] };
+    const step = { stepType: 'replace', from: 1, to: 1, slice: { content: [text] } };
+    const answer = await ask<StepsAnswer>(socket, 'steps', {
+      version: joined.version,
+      steps: [step],
+    });
+    // The schema has no such attributes: the step is taken, without them.
+    assert.ok(answer.ok, JSON.stringify(answer));
+    const served = await (await fetch(`${example.url}/docs/tiptap-opener`)).text();
+    assert.ok(served.includes(href), served);
+    assert.doesNotMatch(served, /opener|"target"|"class"/);
+
+    const page = await open('tiptap-opener', '&readonly=1');
+    const anchor = await page.waitForSelector('.tiptap a');
+    assert.equal(await anchor.getAttribute('rel'), 'noopener noreferrer nofollow');
+    assert.equal(await anchor.getAttribute('target'), '_blank');
+    // The observer's view is not editable, so the browser follows the click, in a new tab.
+    const opened = page.context().waitForEvent('page');
+    await anchor.click();
+    await (await opened).waitForLoadState();
+    const deadline = Date.now() + 5_000;
+    const opener = () => reports.filter((url) => url.startsWith('/report'));
+    while (opener().length === 0 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
     }
+    // (The browser may ask for /favicon.ico too.)
+    assert.equal(reports[0], '/minutes');
+    assert.deepEqual(opener(), ['/report?opener=false']);
+    await page.context().close();
   });
 
   it('answers a document address that is not valid percent-encoding with 400, and stays up', async () => {
@@ -267,7 +265,7 @@ describe('the Tiptap example in a browser', () => {
     assert.equal((await missing.json()).code, 'not-found');
   });
 
-  it('answers GET /docs/:id with 503 and the coded unavailable body when the store fails', async () => {
+  it('answers GET /docs/:id with 503 and the coded unavailable body when the store fails', async (t) => {
     // It answered a bare 500 with no body, as if the example itself had failed.
     class FailingLoads extends MemoryStore {
       override async load(): Promise<never> {
@@ -275,14 +273,11 @@ describe('the Tiptap example in a browser', () => {
       }
     }
     const failing = await startExample(0, '127.0.0.1', new FailingLoads());
-    try {
-      const answer = await fetch(`${failing.url}/docs/tiptap-store-down`);
-      assert.equal(answer.status, 503);
-      assert.match(answer.headers.get('content-type') ?? '', /^application\/json/);
-      assert.deepEqual(await answer.json(), errorBody('unavailable'));
-    } finally {
-      await failing.close();
-    }
+    t.after(() => failing.close());
+    const answer = await fetch(`${failing.url}/docs/tiptap-store-down`);
+    assert.equal(answer.status, 503);
+    assert.match(answer.headers.get('content-type') ?? '', /^application\/json/);
+    assert.deepEqual(await answer.json(), errorBody('unavailable'));
   });
 
   it('answers a document id that is not one with 400 bad-document-id, as the server does', async () => {

@@ -141,7 +141,7 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
     );
   });
 
-  it('answers a read token`s steps forbidden and takes a write token`s', async () => {
+  it('answers a read token`s steps forbidden and takes a write token`s', async (t) => {
     const reader = await connect(server, 'shared', {
       clientID: 'r1',
       token: await token('rita', 'shared', 'read'),
@@ -150,59 +150,52 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       clientID: 'w1',
       token: await token('will', 'shared', 'write'),
     });
-    try {
-      // The writer first: a reader cannot make the document.
-      assert.equal((await typeOnce(writer)).ok, true);
-      const refused = await typeOnce(reader);
-      assert.equal(!refused.ok && refused.code, 'forbidden');
-    } finally {
+    t.after(() => {
       reader.close();
       writer.close();
-    }
+    });
+    // The writer first: a reader cannot make the document.
+    assert.equal((await typeOnce(writer)).ok, true);
+    const refused = await typeOnce(reader);
+    assert.equal(!refused.ok && refused.code, 'forbidden');
   });
 
-  it('sends a connected socket away once its token expired (closing unauthorized)', async () => {
+  it('sends a connected socket away once its token expired (closing unauthorized)', async (t) => {
     // JWT expiry is in whole seconds.
     const short = await token('sue', 'expiring', 'write', 2);
     const socket = await connect(server, 'expiring', { clientID: 's1', token: short });
-    try {
-      const closing = new Promise<{ code: string }>((resolve) => socket.once('closing', resolve));
-      const gone = new Promise<string>((resolve) => socket.once('disconnect', resolve));
-      assert.equal((await typeOnce(socket)).ok, true);
-      assert.equal((await closing).code, 'unauthorized');
-      assert.equal(await gone, 'io server disconnect');
-      // Coming back with the same token is refused too.
-      assert.equal(
-        await outcome(connect(server, 'expiring', { clientID: 's1', token: short })),
-        'unauthorized',
-      );
-    } finally {
-      socket.close();
-    }
+    t.after(() => socket.close());
+    const closing = new Promise<{ code: string }>((resolve) => socket.once('closing', resolve));
+    const gone = new Promise<string>((resolve) => socket.once('disconnect', resolve));
+    assert.equal((await typeOnce(socket)).ok, true);
+    assert.equal((await closing).code, 'unauthorized');
+    assert.equal(await gone, 'io server disconnect');
+    // Coming back with the same token is refused too.
+    assert.equal(
+      await outcome(connect(server, 'expiring', { clientID: 's1', token: short })),
+      'unauthorized',
+    );
   });
 
-  it('binds client ids to users: another user`s claim is refused, the same user is let in', async () => {
+  it('binds client ids to users: another user`s claim is refused, the same user is let in', async (t) => {
     const ann = await connect(server, 'bound', {
       clientID: 'editor-1',
       token: await token('ann', '*', 'write'),
     });
-    try {
-      const bob = await token('bob', '*', 'write');
-      assert.equal(
-        await outcome(connect(server, 'bound', { clientID: 'editor-1', token: bob })),
-        'forbidden',
-      );
-      const annAgain = await token('ann', '*', 'write');
-      assert.equal(
-        await outcome(connect(server, 'bound', { clientID: 'editor-1', token: annAgain })),
-        'connected',
-      );
-    } finally {
-      ann.close();
-    }
+    t.after(() => ann.close());
+    const bob = await token('bob', '*', 'write');
+    assert.equal(
+      await outcome(connect(server, 'bound', { clientID: 'editor-1', token: bob })),
+      'forbidden',
+    );
+    const annAgain = await token('ann', '*', 'write');
+    assert.equal(
+      await outcome(connect(server, 'bound', { clientID: 'editor-1', token: annAgain })),
+      'connected',
+    );
   });
 
-  it('counts sockets per client id of each user: others using an editor`s id do not fill its cap', async () => {
+  it('counts sockets per client id of each user: others using an editor`s id do not fill its cap', async (t) => {
     // Client ids are public: a reader opening sockets under an editor's id must not lock the
     // editor out with too-many-connections.
     const capped = await startServer({
@@ -211,27 +204,26 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       maxSocketsPerClient: 2,
     });
     const sockets: Socket[] = [];
-    try {
-      const eve = await token('eve', '*', 'read');
-      for (let i = 0; i < 2; i++) {
-        sockets.push(await connect(capped, 'capped', { clientID: 'editor-7', token: eve }));
-      }
-      assert.equal(
-        await outcome(connect(capped, 'capped', { clientID: 'editor-7', token: eve })),
-        'too-many-connections',
-      );
-      const ann = await token('ann', 'capped', 'write');
-      assert.equal(
-        await outcome(connect(capped, 'capped', { clientID: 'editor-7', token: ann })),
-        'connected',
-      );
-    } finally {
+    t.after(async () => {
       for (const socket of sockets) socket.close();
       await capped.close();
+    });
+    const eve = await token('eve', '*', 'read');
+    for (let i = 0; i < 2; i++) {
+      sockets.push(await connect(capped, 'capped', { clientID: 'editor-7', token: eve }));
     }
+    assert.equal(
+      await outcome(connect(capped, 'capped', { clientID: 'editor-7', token: eve })),
+      'too-many-connections',
+    );
+    const ann = await token('ann', 'capped', 'write');
+    assert.equal(
+      await outcome(connect(capped, 'capped', { clientID: 'editor-7', token: ann })),
+      'connected',
+    );
   });
 
-  it('does not show a reader`s presence under a client id a writer took after it connected', async () => {
+  it('does not show a reader`s presence under a client id a writer took after it connected', async (t) => {
     // A reader binds no id, so it can connect first with one a writer then claims.
     const rita = await connect(server, 'carets', {
       clientID: 'will-1',
@@ -245,32 +237,31 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       clientID: 'watcher-1',
       token: await token('wanda', '*', 'read'),
     });
-    try {
-      // The writer makes the document; a reader cannot.
-      for (const socket of [will, rita, watcher]) {
-        const joined = await ask<SyncAnswer>(socket, 'join', {});
-        assert.ok(joined.ok, JSON.stringify(joined));
-      }
-      const seen: string[] = [];
-      watcher.on('presence', (presence: { clientID: string; name: string }) =>
-        seen.push(`${presence.clientID}:${presence.name}`),
-      );
-      const at = (name: string) => ({ version: 0, anchor: 1, head: 1, name, color: '#112233' });
-      rita.emit('presence', at('Will (spoofed)'));
-      will.emit('presence', at('Will'));
-      watcher.emit('presence', at('Wanda'));
-      // Nothing to wait for: the reader's presences must not arrive, so the watcher listens a while.
-      await delay(300);
-      // Will's caret, relayed and told to the watcher as a newcomer; never the reader's. The
-      // name shown is the user's, not the one sent.
-      assert.ok(seen.length > 0, 'the writer`s presence');
-      assert.deepEqual(new Set(seen), new Set(['will-1:will']));
-    } finally {
+    t.after(() => {
       for (const socket of [rita, will, watcher]) socket.close();
+    });
+    // The writer makes the document; a reader cannot.
+    for (const socket of [will, rita, watcher]) {
+      const joined = await ask<SyncAnswer>(socket, 'join', {});
+      assert.ok(joined.ok, JSON.stringify(joined));
     }
+    const seen: string[] = [];
+    watcher.on('presence', (presence: { clientID: string; name: string }) =>
+      seen.push(`${presence.clientID}:${presence.name}`),
+    );
+    const at = (name: string) => ({ version: 0, anchor: 1, head: 1, name, color: '#112233' });
+    rita.emit('presence', at('Will (spoofed)'));
+    will.emit('presence', at('Will'));
+    watcher.emit('presence', at('Wanda'));
+    // Nothing to wait for: the reader's presences must not arrive, so the watcher listens a while.
+    await delay(300);
+    // Will's caret, relayed and told to the watcher as a newcomer; never the reader's. The
+    // name shown is the user's, not the one sent.
+    assert.ok(seen.length > 0, 'the writer`s presence');
+    assert.deepEqual(new Set(seen), new Set(['will-1:will']));
   });
 
-  it('removes a writer`s caret when it leaves, though a reader shown earlier under its id stays', async () => {
+  it('removes a writer`s caret when it leaves, though a reader shown earlier under its id stays', async (t) => {
     const maker = await connect(server, 'ghost', {
       clientID: 'maker-1',
       token: await token('mia', '*', 'write'),
@@ -284,36 +275,35 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
       clientID: 'will-2',
       token: await token('rita', '*', 'read'),
     });
-    try {
-      for (const socket of [maker, watcher, rita]) {
-        const joined = await ask<SyncAnswer>(socket, 'join', {});
-        assert.ok(joined.ok, JSON.stringify(joined));
-      }
-      const shown = new Map<string, string>();
-      watcher.on('presence', (presence: { clientID: string; name: string }) =>
-        shown.set(presence.clientID, presence.name),
-      );
-      watcher.on('presence-leave', ({ clientID }: { clientID: string }) => shown.delete(clientID));
-      const at = (name: string) => ({ version: 0, anchor: 1, head: 1, name, color: '#112233' });
-      rita.emit('presence', at('Rita'));
-      await delay(150);
-      assert.equal(shown.get('will-2'), 'rita', 'shown by its user name');
-      // The writer who owns the id arrives, shows his caret, and leaves.
-      const will = await connect(server, 'ghost', {
-        clientID: 'will-2',
-        token: await token('will', '*', 'write'),
-      });
-      assert.ok((await ask<SyncAnswer>(will, 'join', {})).ok);
-      will.emit('presence', at('Will'));
-      await delay(150);
-      assert.equal(shown.get('will-2'), 'will');
-      will.close();
-      // Rita's presence is not shown under the writer's id any more, so nothing stands for
-      // the caret on screen: it goes.
-      await waitFor(() => !shown.has('will-2'), "the writer's caret removed");
-    } finally {
+    t.after(() => {
       for (const socket of [maker, watcher, rita]) socket.close();
+    });
+    for (const socket of [maker, watcher, rita]) {
+      const joined = await ask<SyncAnswer>(socket, 'join', {});
+      assert.ok(joined.ok, JSON.stringify(joined));
     }
+    const shown = new Map<string, string>();
+    watcher.on('presence', (presence: { clientID: string; name: string }) =>
+      shown.set(presence.clientID, presence.name),
+    );
+    watcher.on('presence-leave', ({ clientID }: { clientID: string }) => shown.delete(clientID));
+    const at = (name: string) => ({ version: 0, anchor: 1, head: 1, name, color: '#112233' });
+    rita.emit('presence', at('Rita'));
+    await delay(150);
+    assert.equal(shown.get('will-2'), 'rita', 'shown by its user name');
+    // The writer who owns the id arrives, shows his caret, and leaves.
+    const will = await connect(server, 'ghost', {
+      clientID: 'will-2',
+      token: await token('will', '*', 'write'),
+    });
+    assert.ok((await ask<SyncAnswer>(will, 'join', {})).ok);
+    will.emit('presence', at('Will'));
+    await delay(150);
+    assert.equal(shown.get('will-2'), 'will');
+    will.close();
+    // Rita's presence is not shown under the writer's id any more, so nothing stands for
+    // the caret on screen: it goes.
+    await waitFor(() => !shown.has('will-2'), "the writer's caret removed");
   });
 
   it('GET /docs/:id needs a bearer token with read access: 401 without, 403 out of scope', async () => {
@@ -378,7 +368,7 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
     assert.equal((await fetch(`${server.url}/dashboard`)).status, 200);
   });
 
-  it('/healthz leaves out the counts the metrics token hides', async () => {
+  it('/healthz leaves out the counts the metrics token hides', async (t) => {
     const socket = await connect(server, 'counted', {
       clientID: 'h1',
       token: await token('ann', 'counted', 'write'),
@@ -392,12 +382,9 @@ describe('access control (AUTH_SECRET, ALLOWED_ORIGINS, METRICS_TOKEN)', () => {
     }
     // Without a metrics token they are there, as before.
     const open = await startServer({ ...noAdmissionLimits, authSecret: secret });
-    try {
-      const health = (await (await fetch(`${open.url}/healthz`)).json()) as object;
-      assert.deepEqual(Object.keys(health), ['ok', 'store', 'documents', 'sockets']);
-    } finally {
-      await open.close();
-    }
+    t.after(() => open.close());
+    const health = (await (await fetch(`${open.url}/healthz`)).json()) as object;
+    assert.deepEqual(Object.keys(health), ['ok', 'store', 'documents', 'sockets']);
   });
 });
 
@@ -505,20 +492,17 @@ describe('an open server (no tokens) and DNS rebinding', () => {
     assert.equal(tool.status, 200, tool.body);
   });
 
-  it('serves a name of its own listed in ALLOWED_ORIGINS', async () => {
+  it('serves a name of its own listed in ALLOWED_ORIGINS', async (t) => {
     const named = await startServer({
       ...noAdmissionLimits,
       allowedOrigins: ['http://collab.internal:4000'],
     });
-    try {
-      const host = 'collab.internal:4000';
-      const writer = await connect(named, 'named-doc', { clientID: 'w' }, undefined, host);
-      writer.close();
-      const read = await getWithHost(named, '/docs/named-doc', host);
-      assert.notEqual(read.status, 403, read.body);
-    } finally {
-      await named.close();
-    }
+    t.after(() => named.close());
+    const host = 'collab.internal:4000';
+    const writer = await connect(named, 'named-doc', { clientID: 'w' }, undefined, host);
+    writer.close();
+    const read = await getWithHost(named, '/docs/named-doc', host);
+    assert.notEqual(read.status, 403, read.body);
   });
 });
 

@@ -16,7 +16,7 @@ function typeAtEnd(editor: CollabClient, text: string): void {
 }
 
 describe('client acknowledgements', () => {
-  it('reports a batch as acknowledged when its broadcast came but the connection dropped before its acknowledgement', async () => {
+  it('reports a batch as acknowledged when its broadcast came but the connection dropped before its acknowledgement', async (t) => {
     const server = await startServer();
     const acknowledged: number[] = [];
     let dropOnConfirm = false;
@@ -35,25 +35,24 @@ describe('client acknowledgements', () => {
         }
       },
     });
-    try {
-      await waitFor(() => editor!.status === 'synced', 'joined');
-      typeAtEnd(editor, 'A');
-      await editor.settled();
-      dropOnConfirm = true;
-      typeAtEnd(editor, 'B');
-      await waitFor(() => editor!.reconnects >= 1 && editor!.status === 'synced', 'rejoined');
-      assert.equal(editor.state!.doc.textContent, 'AB');
-      assert.equal(editor.version, 2);
-      // "B" is durable (it was broadcast), and nothing more will come to say so.
-      assert.equal(editor.acknowledgedVersion, 2);
-      assert.deepEqual(acknowledged, [1, 2]);
-    } finally {
+    t.after(async () => {
       editor.close();
       await server.close();
-    }
+    });
+    await waitFor(() => editor!.status === 'synced', 'joined');
+    typeAtEnd(editor, 'A');
+    await editor.settled();
+    dropOnConfirm = true;
+    typeAtEnd(editor, 'B');
+    await waitFor(() => editor!.reconnects >= 1 && editor!.status === 'synced', 'rejoined');
+    assert.equal(editor.state!.doc.textContent, 'AB');
+    assert.equal(editor.version, 2);
+    // "B" is durable (it was broadcast), and nothing more will come to say so.
+    assert.equal(editor.acknowledgedVersion, 2);
+    assert.deepEqual(acknowledged, [1, 2]);
   });
 
-  it('reports a batch as acknowledged when it lands after the editor came back and resent it', async () => {
+  it('reports a batch as acknowledged when it lands after the editor came back and resent it', async (t) => {
     // "B" takes 400 ms to journal: the editor is back and has joined before it is published,
     // sends it again (refused stale: the server has it already), and sees it in a broadcast.
     const server = await startServer({}, new SlowStore({ appendMs: 400, marker: 'B' }));
@@ -64,25 +63,24 @@ describe('client acknowledgements', () => {
       reconnectJitter: 0,
       onAcknowledged: (version) => acknowledged.push(version),
     });
-    try {
-      await waitFor(() => editor.status === 'synced', 'joined');
-      typeAtEnd(editor, 'A');
-      await editor.settled();
-      typeAtEnd(editor, 'B');
-      editor.socket.io.engine.close();
-      await waitFor(() => editor.reconnects >= 1 && editor.status === 'synced', 'rejoined');
-      assert.equal(editor.state!.doc.textContent, 'AB');
-      assert.equal(editor.version, 2);
-      assert.equal(editor.refusals['stale'], 1, 'the resend was refused, not applied twice');
-      assert.equal(editor.acknowledgedVersion, 2);
-      assert.deepEqual(acknowledged, [1, 2]);
-    } finally {
+    t.after(async () => {
       editor.close();
       await server.close();
-    }
+    });
+    await waitFor(() => editor.status === 'synced', 'joined');
+    typeAtEnd(editor, 'A');
+    await editor.settled();
+    typeAtEnd(editor, 'B');
+    editor.socket.io.engine.close();
+    await waitFor(() => editor.reconnects >= 1 && editor.status === 'synced', 'rejoined');
+    assert.equal(editor.state!.doc.textContent, 'AB');
+    assert.equal(editor.version, 2);
+    assert.equal(editor.refusals['stale'], 1, 'the resend was refused, not applied twice');
+    assert.equal(editor.acknowledgedVersion, 2);
+    assert.deepEqual(acknowledged, [1, 2]);
   });
 
-  it('neither sends nor acknowledges a key flushed while a rejoin answer is applied, before it lands', async () => {
+  it('neither sends nor acknowledges a key flushed while a rejoin answer is applied, before it lands', async (t) => {
     // "X" lands but its acknowledgement is lost with the connection; the room is unloaded
     // meanwhile, so the rejoin answers with the whole document. While it is applied the view
     // flushes a key, "Z" (`beforeRemote`). Sent then, "X" and "Z" went out as one batch that
@@ -110,29 +108,28 @@ describe('client acknowledgements', () => {
     editor.socket.onAnyOutgoing((event, payload: { version: number; steps?: StepJSON[] }) => {
       if (event === 'steps') sent.push({ version: payload.version, text: textOf(payload.steps!) });
     });
-    try {
-      await waitFor(() => editor!.status === 'synced', 'joined');
-      typeAtEnd(editor, 'W');
-      await editor.settled();
-      typeAtEnd(editor, 'X');
-      editor.socket.io.engine.close();
-      flushKey = true;
-      await waitFor(() => editor!.reconnects >= 1 && !flushKey, 'the rejoin');
-      await waitFor(() => editor!.status === 'synced' && !editor!.hasUnconfirmed, 'settled');
-      assert.equal(editor.state!.doc.textContent, 'WXZ');
-      assert.deepEqual(sent, [
-        { version: 0, text: 'W' },
-        { version: 1, text: 'X' },
-        { version: 2, text: 'Z' },
-      ]);
-      assert.deepEqual(acknowledged, [
-        { version: 1, text: 'W' },
-        { version: 2, text: 'X' },
-        { version: 3, text: 'Z' },
-      ]);
-    } finally {
+    t.after(async () => {
       editor.close();
       await server.close();
-    }
+    });
+    await waitFor(() => editor!.status === 'synced', 'joined');
+    typeAtEnd(editor, 'W');
+    await editor.settled();
+    typeAtEnd(editor, 'X');
+    editor.socket.io.engine.close();
+    flushKey = true;
+    await waitFor(() => editor!.reconnects >= 1 && !flushKey, 'the rejoin');
+    await waitFor(() => editor!.status === 'synced' && !editor!.hasUnconfirmed, 'settled');
+    assert.equal(editor.state!.doc.textContent, 'WXZ');
+    assert.deepEqual(sent, [
+      { version: 0, text: 'W' },
+      { version: 1, text: 'X' },
+      { version: 2, text: 'Z' },
+    ]);
+    assert.deepEqual(acknowledged, [
+      { version: 1, text: 'W' },
+      { version: 2, text: 'X' },
+      { version: 3, text: 'Z' },
+    ]);
   });
 });

@@ -14,7 +14,7 @@ const insert = (text: string, at: number, doc = emptyDoc()) =>
   EditorState.create({ doc }).tr.insertText(text, at).steps[0]!.toJSON() as StepJSON;
 
 describe('client: a batch the server rebased differently', () => {
-  it('rebuilds on the server’s version of the batch and moves later local steps onto it', async () => {
+  it('rebuilds on the server’s version of the batch and moves later local steps onto it', async (t) => {
     // A scripted peer on a real Socket.io server: it confirms the client's "abc" as "ab", as a
     // server whose rebase dropped part of a batch would.
     const http = createServer();
@@ -40,34 +40,33 @@ describe('client: a batch the server rebased differently', () => {
     await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
     const editor = openEditor(url, 'reconcile');
-    try {
-      await editor.ready();
-      let state = editor.state!;
-      editor.dispatch(state.tr.insertText('abc', 1));
-      // Typed while the batch is in flight: stays unconfirmed, after "abc".
-      state = editor.state!;
-      editor.dispatch(state.tr.insertText('Z', 4));
-      await waitFor(
-        () => received.length === 2 && !editor.hasUnconfirmed,
-        'the second batch to be confirmed',
-      );
-      assert.equal(editor.reconciles, 1);
-      assert.equal(editor.state!.doc.textContent, 'abZ');
-      assert.equal(editor.version, 2);
-      assert.deepEqual(JSON.parse(JSON.stringify(received[1]!)), {
-        version: 1,
-        steps: [
-          insert(
-            'Z',
-            3,
-            schema.node('doc', null, [schema.node('paragraph', null, [schema.text('ab')])]),
-          ),
-        ],
-      });
-    } finally {
+    t.after(() => {
       editor.close();
       io.close();
-    }
+    });
+    await editor.ready();
+    let state = editor.state!;
+    editor.dispatch(state.tr.insertText('abc', 1));
+    // Typed while the batch is in flight: stays unconfirmed, after "abc".
+    state = editor.state!;
+    editor.dispatch(state.tr.insertText('Z', 4));
+    await waitFor(
+      () => received.length === 2 && !editor.hasUnconfirmed,
+      'the second batch to be confirmed',
+    );
+    assert.equal(editor.reconciles, 1);
+    assert.equal(editor.state!.doc.textContent, 'abZ');
+    assert.equal(editor.version, 2);
+    assert.deepEqual(JSON.parse(JSON.stringify(received[1]!)), {
+      version: 1,
+      steps: [
+        insert(
+          'Z',
+          3,
+          schema.node('doc', null, [schema.node('paragraph', null, [schema.text('ab')])]),
+        ),
+      ],
+    });
   });
 });
 
@@ -125,7 +124,7 @@ async function reloadingPeer(
 }
 
 describe('client: a reload under local steps', () => {
-  it('rebases local steps onto a reloaded document over what changed, so none is left past its end', async () => {
+  it('rebases local steps onto a reloaded document over what changed, so none is left past its end', async (t) => {
     // The document is a long paragraph; the client's first batch is answered history-gone,
     // and the pull that follows gets a document whose paragraph is short.
     const long = schema.node('doc', null, [
@@ -137,27 +136,26 @@ describe('client: a reload under local steps', () => {
     const { url, kept, close } = await reloadingPeer(long, short, 7);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(url, 'reload', { onReload: (info) => reloads.push(info) });
-    try {
-      await editor.ready();
-      // At the start, and at the end of the long text: past the end of the short one, where
-      // applied at its old position it would not fit. Rebased over the text's replacement,
-      // it goes to the end of the new text.
-      editor.dispatch(editor.state!.tr.insertText('A', 1).insertText('Z', 302));
-      await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
-      assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
-      assert.equal(editor.state!.doc.textContent, 'AshortZ');
-      // Both went out again, on the reloaded version, and were confirmed.
-      assert.equal(kept.length, 1);
-      assert.equal(kept[0]!.version, 7);
-      assert.equal(kept[0]!.steps.length, 2);
-      assert.equal(editor.version, 9);
-    } finally {
+    t.after(() => {
       editor.close();
       close();
-    }
+    });
+    await editor.ready();
+    // At the start, and at the end of the long text: past the end of the short one, where
+    // applied at its old position it would not fit. Rebased over the text's replacement,
+    // it goes to the end of the new text.
+    editor.dispatch(editor.state!.tr.insertText('A', 1).insertText('Z', 302));
+    await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
+    assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
+    assert.equal(editor.state!.doc.textContent, 'AshortZ');
+    // Both went out again, on the reloaded version, and were confirmed.
+    assert.equal(kept.length, 1);
+    assert.equal(kept[0]!.version, 7);
+    assert.equal(kept[0]!.steps.length, 2);
+    assert.equal(editor.version, 9);
   });
 
-  it('follows a paragraph that others wrapped in a list with the text typed into it', async () => {
+  it('follows a paragraph that others wrapped in a list with the text typed into it', async (t) => {
     // Others made the empty paragraph a list item and typed in it: comparing the two
     // documents finds the paragraph inside the list, so the offline text goes there, after
     // theirs, as prosemirror-collab would place two insertions at one point.
@@ -169,30 +167,29 @@ describe('client: a reload under local steps', () => {
     const { url, kept, close } = await reloadingPeer(emptyDoc(), wrapped, 3);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(url, 'wrapped', { onReload: (info) => reloads.push(info) });
-    try {
-      await editor.ready();
-      // Typed, then more at its end and in its middle: all of it follows into the list.
-      editor.dispatch(editor.state!.tr.insertText('mine', 1));
-      editor.dispatch(editor.state!.tr.insertText('!', 5));
-      editor.dispatch(editor.state!.tr.insertText('?', 3));
-      await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
-      assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
-      const expected = schema.node('doc', null, [
-        schema.node('ordered_list', null, [
-          schema.node('list_item', null, [
-            schema.node('paragraph', null, [schema.text('theirs mi?ne!')]),
-          ]),
-        ]),
-      ]);
-      assert.ok(editor.state!.doc.eq(expected), editor.state!.doc.toString());
-      assert.equal(kept.length, 1);
-      assert.equal(editor.version, 3 + kept[0]!.steps.length);
-    } finally {
+    t.after(() => {
       editor.close();
       close();
-    }
+    });
+    await editor.ready();
+    // Typed, then more at its end and in its middle: all of it follows into the list.
+    editor.dispatch(editor.state!.tr.insertText('mine', 1));
+    editor.dispatch(editor.state!.tr.insertText('!', 5));
+    editor.dispatch(editor.state!.tr.insertText('?', 3));
+    await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
+    assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
+    const expected = schema.node('doc', null, [
+      schema.node('ordered_list', null, [
+        schema.node('list_item', null, [
+          schema.node('paragraph', null, [schema.text('theirs mi?ne!')]),
+        ]),
+      ]),
+    ]);
+    assert.ok(editor.state!.doc.eq(expected), editor.state!.doc.toString());
+    assert.equal(kept.length, 1);
+    assert.equal(editor.version, 3 + kept[0]!.steps.length);
   });
-  it('follows paragraphs wrapped in a list with typing, Enter and deletions made in them offline', async () => {
+  it('follows paragraphs wrapped in a list with typing, Enter and deletions made in them offline', async (t) => {
     const p = (text: string) => schema.node('paragraph', null, text ? [schema.text(text)] : []);
     const item = (...paragraphs: Node[]) => schema.node('list_item', null, paragraphs);
     const before = schema.node('doc', null, [p('a'), p('one'), p('two'), p('gone'), p('b')]);
@@ -204,58 +201,55 @@ describe('client: a reload under local steps', () => {
     const { url, close } = await reloadingPeer(before, after, 5);
     const reloads: { dropped: number; reason: string }[] = [];
     const editor = openEditor(url, 'wrapped-list', { onReload: (info) => reloads.push(info) });
-    try {
-      await editor.ready();
-      const type = (text: string, at: number) =>
-        editor.dispatch(editor.state!.tr.insertText(text, at));
-      // The end of the first textblock whose text starts with `prefix`.
-      const endOf = (prefix: string) => {
-        let end = -1;
-        editor.state!.doc.descendants((node, pos) => {
-          if (end < 0 && node.isTextblock && node.textContent.startsWith(prefix))
-            end = pos + node.nodeSize - 1;
-          return !node.isTextblock;
-        });
-        return end;
-      };
-      // "one": typed at its end, then Enter, then more; "two": typed at its end; "gone":
-      // typed into, then all of it deleted, then typed again.
-      type('AAA', endOf('one'));
-      editor.dispatch(editor.state!.tr.split(endOf('oneAAA')));
-      type('world', endOf('oneAAA') + 2);
-      type('BBB', endOf('two'));
-      type('xy', endOf('gone'));
-      const gone = endOf('gonexy');
-      editor.dispatch(editor.state!.tr.delete(gone - 6, gone));
-      type('Q', gone - 6);
-      assert.equal(
-        paragraphsOf(editor.state!.doc),
-        'a|oneAAA|world|twoBBB|Q|b',
-        'the edits as made offline',
-      );
-      // The cursor inside text of our own that is still unconfirmed: "wor|ld".
-      const cursor = endOf('world') - 2;
-      editor.dispatch(
-        editor.state!.tr.setSelection(TextSelection.create(editor.state!.doc, cursor)),
-      );
-      await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
-      assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
-      const expected = schema.node('doc', null, [
-        p('a'),
-        schema.node('bullet_list', null, [
-          item(p('oneAAA'), p('world')),
-          item(p('twoBBB')),
-          item(p('Q')),
-        ]),
-        p('b'),
-      ]);
-      assert.ok(editor.state!.doc.eq(expected), editor.state!.doc.toString());
-      const { $head, empty } = editor.state!.selection;
-      assert.ok(empty);
-      assert.equal(`${$head.parent.textContent}@${$head.parentOffset}`, 'world@3');
-    } finally {
+    t.after(() => {
       editor.close();
       close();
-    }
+    });
+    await editor.ready();
+    const type = (text: string, at: number) =>
+      editor.dispatch(editor.state!.tr.insertText(text, at));
+    // The end of the first textblock whose text starts with `prefix`.
+    const endOf = (prefix: string) => {
+      let end = -1;
+      editor.state!.doc.descendants((node, pos) => {
+        if (end < 0 && node.isTextblock && node.textContent.startsWith(prefix))
+          end = pos + node.nodeSize - 1;
+        return !node.isTextblock;
+      });
+      return end;
+    };
+    // "one": typed at its end, then Enter, then more; "two": typed at its end; "gone":
+    // typed into, then all of it deleted, then typed again.
+    type('AAA', endOf('one'));
+    editor.dispatch(editor.state!.tr.split(endOf('oneAAA')));
+    type('world', endOf('oneAAA') + 2);
+    type('BBB', endOf('two'));
+    type('xy', endOf('gone'));
+    const gone = endOf('gonexy');
+    editor.dispatch(editor.state!.tr.delete(gone - 6, gone));
+    type('Q', gone - 6);
+    assert.equal(
+      paragraphsOf(editor.state!.doc),
+      'a|oneAAA|world|twoBBB|Q|b',
+      'the edits as made offline',
+    );
+    // The cursor inside text of our own that is still unconfirmed: "wor|ld".
+    const cursor = endOf('world') - 2;
+    editor.dispatch(editor.state!.tr.setSelection(TextSelection.create(editor.state!.doc, cursor)));
+    await waitFor(() => reloads.length === 1 && !editor.hasUnconfirmed, 'the reload');
+    assert.deepEqual(reloads, [{ dropped: 0, reason: "the document's history was reset" }]);
+    const expected = schema.node('doc', null, [
+      p('a'),
+      schema.node('bullet_list', null, [
+        item(p('oneAAA'), p('world')),
+        item(p('twoBBB')),
+        item(p('Q')),
+      ]),
+      p('b'),
+    ]);
+    assert.ok(editor.state!.doc.eq(expected), editor.state!.doc.toString());
+    const { $head, empty } = editor.state!.selection;
+    assert.ok(empty);
+    assert.equal(`${$head.parent.textContent}@${$head.parentOffset}`, 'world@3');
   });
 });

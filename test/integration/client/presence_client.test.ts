@@ -39,68 +39,66 @@ describe('presence in the client', () => {
     await server.close();
   });
 
-  it('maps a presence sent at an older version through the steps confirmed since', async () => {
+  it('maps a presence sent at an older version through the steps confirmed since', async (t) => {
     const docId = 'presence-client-old';
     const viewer = editorWithPresence(server.url, docId, 'Viewer');
     const writer = editorWithPresence(server.url, docId, 'Writer');
     const raw = rawSocket(server.url, docId, 'raw');
-    try {
-      await Promise.all([viewer.ready(), writer.ready()]);
-      await new Promise<SyncAnswer>((resolve) => raw.emit('join', {}, resolve));
-      writer.dispatch(writer.state!.tr.insertText('Hello', 1));
-      await waitFor(() => viewer.version === 1, 'the viewer to receive the step');
-      // Reported at version 0, before "Hello" was typed where this caret stands.
-      raw.emit('presence', { version: 0, anchor: 1, head: 1, name: 'Raw', color: '#aa0000' });
-      const rawCursor = () => remoteCursors(viewer.state!).find((c) => c.clientID === 'raw');
-      await waitFor(() => rawCursor() !== undefined, 'the raw presence to be shown');
-      assert.equal(rawCursor()!.head, 6, 'mapped past the text inserted since version 0');
-
-      // Writer's own caret (after "Hello") reaches the viewer too, at the same place.
-      const writerCursor = () =>
-        remoteCursors(viewer.state!).find((c) => c.clientID === writer.clientID);
-      await waitFor(() => writerCursor()?.head === 6, "the writer's caret after Hello");
-
-      raw.close();
-      await waitFor(() => rawCursor() === undefined, 'the raw presence to leave');
-    } finally {
+    t.after(() => {
       raw.close();
       viewer.close();
       writer.close();
-    }
+    });
+    await Promise.all([viewer.ready(), writer.ready()]);
+    await new Promise<SyncAnswer>((resolve) => raw.emit('join', {}, resolve));
+    writer.dispatch(writer.state!.tr.insertText('Hello', 1));
+    await waitFor(() => viewer.version === 1, 'the viewer to receive the step');
+    // Reported at version 0, before "Hello" was typed where this caret stands.
+    raw.emit('presence', { version: 0, anchor: 1, head: 1, name: 'Raw', color: '#aa0000' });
+    const rawCursor = () => remoteCursors(viewer.state!).find((c) => c.clientID === 'raw');
+    await waitFor(() => rawCursor() !== undefined, 'the raw presence to be shown');
+    assert.equal(rawCursor()!.head, 6, 'mapped past the text inserted since version 0');
+
+    // Writer's own caret (after "Hello") reaches the viewer too, at the same place.
+    const writerCursor = () =>
+      remoteCursors(viewer.state!).find((c) => c.clientID === writer.clientID);
+    await waitFor(() => writerCursor()?.head === 6, "the writer's caret after Hello");
+
+    raw.close();
+    await waitFor(() => rawCursor() === undefined, 'the raw presence to leave');
   });
 
-  it("draws an editor's caret before text another typed right at it, where that editor has it", async () => {
+  it("draws an editor's caret before text another typed right at it, where that editor has it", async (t) => {
     const docId = 'presence-client-same-spot';
     const ada = editorWithPresence(server.url, docId, 'Ada');
     const bob = editorWithPresence(server.url, docId, 'Bob');
     const carol = editorWithPresence(server.url, docId, 'Carol');
-    try {
-      await Promise.all([ada.ready(), bob.ready(), carol.ready()]);
-      ada.dispatch(ada.state!.tr.insertText('abc', 1));
-      await waitFor(() => bob.version === 1 && carol.version === 1, 'abc everywhere');
-      // Both carets at the end of "abc"; Bob types there.
-      ada.dispatch(ada.state!.tr.setSelection(TextSelection.create(ada.state!.doc, 4)));
-      bob.dispatch(bob.state!.tr.setSelection(TextSelection.create(bob.state!.doc, 4)));
-      const adaIn = (editor: CollabClient) =>
-        remoteCursors(editor.state!).find((c) => c.clientID === ada.clientID)?.head;
-      // Past the throttle window: Ada's presence at version 1 has gone out.
-      await delay(200);
-      assert.equal(adaIn(bob), 4);
-      bob.dispatch(bob.state!.tr.insertText('XYZ'));
-      await waitFor(() => ada.version === 2 && carol.version === 2, 'XYZ everywhere');
-      // Ada's own caret stays before "XYZ" (prosemirror-collab maps it backward); the others
-      // draw it there too, not after the text.
-      assert.equal(ada.state!.selection.head, 4);
-      await waitFor(() => adaIn(bob) === 4 && adaIn(carol) === 4, "Ada's caret before XYZ");
-      await delay(200);
-      assert.equal(adaIn(bob), 4);
-      assert.equal(adaIn(carol), 4);
-    } finally {
+    t.after(() => {
       for (const editor of [ada, bob, carol]) editor.close();
-    }
+    });
+    await Promise.all([ada.ready(), bob.ready(), carol.ready()]);
+    ada.dispatch(ada.state!.tr.insertText('abc', 1));
+    await waitFor(() => bob.version === 1 && carol.version === 1, 'abc everywhere');
+    // Both carets at the end of "abc"; Bob types there.
+    ada.dispatch(ada.state!.tr.setSelection(TextSelection.create(ada.state!.doc, 4)));
+    bob.dispatch(bob.state!.tr.setSelection(TextSelection.create(bob.state!.doc, 4)));
+    const adaIn = (editor: CollabClient) =>
+      remoteCursors(editor.state!).find((c) => c.clientID === ada.clientID)?.head;
+    // Past the throttle window: Ada's presence at version 1 has gone out.
+    await delay(200);
+    assert.equal(adaIn(bob), 4);
+    bob.dispatch(bob.state!.tr.insertText('XYZ'));
+    await waitFor(() => ada.version === 2 && carol.version === 2, 'XYZ everywhere');
+    // Ada's own caret stays before "XYZ" (prosemirror-collab maps it backward); the others
+    // draw it there too, not after the text.
+    assert.equal(ada.state!.selection.head, 4);
+    await waitFor(() => adaIn(bob) === 4 && adaIn(carol) === 4, "Ada's caret before XYZ");
+    await delay(200);
+    assert.equal(adaIn(bob), 4);
+    assert.equal(adaIn(carol), 4);
   });
 
-  it('draws a caret moved inside text its editor has not had confirmed where it is, once confirmed', async () => {
+  it('draws a caret moved inside text its editor has not had confirmed where it is, once confirmed', async (t) => {
     // "Hello world" takes 300 ms to be confirmed; meanwhile its writer moves the caret back
     // after "Hello". Mapped back through the unconfirmed step, that caret is the insertion's
     // start, which receivers map to the end of "Hello world": sent again once confirmed.
@@ -108,23 +106,22 @@ describe('presence in the client', () => {
     const docId = 'presence-client-unconfirmed';
     const writer = editorWithPresence(slow.url, docId, 'Writer');
     const viewer = editorWithPresence(slow.url, docId, 'Viewer');
-    try {
-      await Promise.all([writer.ready(), viewer.ready()]);
-      writer.dispatch(writer.state!.tr.insertText('Hello world', 1));
-      writer.dispatch(writer.state!.tr.setSelection(TextSelection.create(writer.state!.doc, 6)));
-      assert.ok(writer.hasUnconfirmed);
-      const drawn = () =>
-        remoteCursors(viewer.state!).find((c) => c.clientID === writer.clientID)?.head;
-      await waitFor(() => viewer.version === 1, 'the step confirmed');
-      await waitFor(() => drawn() === 6, 'the caret after Hello');
-    } finally {
+    t.after(async () => {
       writer.close();
       viewer.close();
       await slow.close();
-    }
+    });
+    await Promise.all([writer.ready(), viewer.ready()]);
+    writer.dispatch(writer.state!.tr.insertText('Hello world', 1));
+    writer.dispatch(writer.state!.tr.setSelection(TextSelection.create(writer.state!.doc, 6)));
+    assert.ok(writer.hasUnconfirmed);
+    const drawn = () =>
+      remoteCursors(viewer.state!).find((c) => c.clientID === writer.clientID)?.head;
+    await waitFor(() => viewer.version === 1, 'the step confirmed');
+    await waitFor(() => drawn() === 6, 'the caret after Hello');
   });
 
-  it('keeps a remote caret in its place through a reload to a whole document', async () => {
+  it('keeps a remote caret in its place through a reload to a whole document', async (t) => {
     // A scripted peer on a real Socket.io server: an idle editor's caret between "abc" and
     // "def" at version 0, text typed in front of it, then a broadcast with a gap that the
     // server can only fill with the whole document. The reload started the presence plugin
@@ -154,50 +151,48 @@ describe('presence in the client', () => {
     const viewer = editorWithPresence(url, 'reload', 'Viewer');
     const bob = () => remoteCursors(viewer.state!).find((c) => c.clientID === 'bob');
     const textBeforeBob = () => viewer.state!.doc.textBetween(0, bob()!.head);
-    try {
-      await viewer.ready();
-      const color = '#2e86ab';
-      peers[0]!.emit('presence', {
-        clientID: 'bob',
-        version: 0,
-        anchor: 4,
-        head: 4,
-        name: 'Bob',
-        color,
-      });
-      await waitFor(() => bob()?.head === 4, "Bob's caret");
-      peers[0]!.emit('steps', { version: 1, steps: [xyz.toJSON()], clientIDs: ['other'] });
-      await waitFor(() => viewer.version === 1, 'XYZ');
-      assert.equal(textBeforeBob(), 'XYZabc');
-      peers[0]!.emit('steps', { version: 3, steps: [bang.toJSON()], clientIDs: ['other'] });
-      await waitFor(() => viewer.version === 2, 'the reload');
-      assert.equal(viewer.state!.doc.textContent, 'XYZabcdef!');
-      assert.equal(textBeforeBob(), 'XYZabc');
-    } finally {
+    t.after(() => {
       viewer.close();
       io.close();
-    }
+    });
+    await viewer.ready();
+    const color = '#2e86ab';
+    peers[0]!.emit('presence', {
+      clientID: 'bob',
+      version: 0,
+      anchor: 4,
+      head: 4,
+      name: 'Bob',
+      color,
+    });
+    await waitFor(() => bob()?.head === 4, "Bob's caret");
+    peers[0]!.emit('steps', { version: 1, steps: [xyz.toJSON()], clientIDs: ['other'] });
+    await waitFor(() => viewer.version === 1, 'XYZ');
+    assert.equal(textBeforeBob(), 'XYZabc');
+    peers[0]!.emit('steps', { version: 3, steps: [bang.toJSON()], clientIDs: ['other'] });
+    await waitFor(() => viewer.version === 2, 'the reload');
+    assert.equal(viewer.state!.doc.textContent, 'XYZabcdef!');
+    assert.equal(textBeforeBob(), 'XYZabc');
   });
 
-  it('shows a caret whose name or colour the server would refuse, fixed up, instead of failing', async () => {
+  it('shows a caret whose name or colour the server would refuse, fixed up, instead of failing', async (t) => {
     // The server takes names of up to 64 characters and colours as #rrggbb, and counts every
     // other presence as a protocol error until it closes the connection: given as is to the
     // constructor, they ended the editor's session.
     const docId = 'presence-client-identity';
     const viewer = editorWithPresence(server.url, docId, 'Viewer');
     const long = editorWithPresence(server.url, docId, 'L'.repeat(68), '#f00');
-    try {
-      await Promise.all([viewer.ready(), long.ready()]);
-      long.dispatch(long.state!.tr.insertText('Hi', 1));
-      const cursor = () => remoteCursors(viewer.state!).find((c) => c.clientID === long.clientID);
-      await waitFor(() => cursor()?.head === 3, 'the caret after Hi');
-      assert.equal(cursor()!.name, 'L'.repeat(64));
-      assert.match(cursor()!.color, /^#[0-9a-f]{6}$/i);
-      assert.equal(long.status, 'synced');
-      assert.equal(long.error, null);
-    } finally {
+    t.after(() => {
       viewer.close();
       long.close();
-    }
+    });
+    await Promise.all([viewer.ready(), long.ready()]);
+    long.dispatch(long.state!.tr.insertText('Hi', 1));
+    const cursor = () => remoteCursors(viewer.state!).find((c) => c.clientID === long.clientID);
+    await waitFor(() => cursor()?.head === 3, 'the caret after Hi');
+    assert.equal(cursor()!.name, 'L'.repeat(64));
+    assert.match(cursor()!.color, /^#[0-9a-f]{6}$/i);
+    assert.equal(long.status, 'synced');
+    assert.equal(long.error, null);
   });
 });

@@ -142,7 +142,7 @@ describe('a cluster of three nodes behind the gateway', () => {
     assert.ok(new Set(owners.values()).size >= 2, JSON.stringify([...owners]));
   });
 
-  it('kill -9 of a node: its document is served again within 20 s, nothing acknowledged lost; back, it gets it again', async () => {
+  it('kill -9 of a node: its document is served again within 20 s, nothing acknowledged lost; back, it gets it again', async (t) => {
     const docIds = [0, 1, 2].map((i) => `${run}-edit-${i}`);
     const acked: { version: number; docId: string }[] = [];
     const editors = docIds.flatMap((docId, d) =>
@@ -154,76 +154,73 @@ describe('a cluster of three nodes behind the gateway', () => {
         }),
       ),
     );
-    try {
-      await Promise.all(editors.map((editor) => editor.ready()));
-      await Promise.all(editors.map((e, i) => editRandomly(e, new Random(10 + i), 15, 20)));
+    t.after(() => {
+      for (const editor of editors) editor.close();
+    });
+    await Promise.all(editors.map((editor) => editor.ready()));
+    await Promise.all(editors.map((e, i) => editRandomly(e, new Random(10 + i), 15, 20)));
+    for (const docId of docIds) {
+      const mine = editors.filter((e) => e.docId === docId);
+      await waitConverged(mine, () => mine[0]!.version);
+    }
+    // The owner of the first document dies.
+    const victim = (await served(docIds[0]!))!.node;
+    const killedAt = Date.now();
+    process.kill(pids.get(victim)!, 'SIGKILL');
+    const editing = Promise.all(editors.map((e, i) => editRandomly(e, new Random(50 + i), 20, 50)));
+    const after = await pollUntil(
+      () => served(docIds[0]!).catch(() => null),
+      (found) => found !== null && found.node !== victim,
+      20_000,
+      200,
+    );
+    assert.ok(after && after.node !== victim, 'served again by another node');
+    const failoverMs = Date.now() - killedAt;
+    assert.ok(failoverMs < 20_000, `served again after ${failoverMs} ms`);
+    await editing;
+    const checkAll = async () => {
       for (const docId of docIds) {
         const mine = editors.filter((e) => e.docId === docId);
-        await waitConverged(mine, () => mine[0]!.version);
-      }
-      // The owner of the first document dies.
-      const victim = (await served(docIds[0]!))!.node;
-      const killedAt = Date.now();
-      process.kill(pids.get(victim)!, 'SIGKILL');
-      const editing = Promise.all(
-        editors.map((e, i) => editRandomly(e, new Random(50 + i), 20, 50)),
-      );
-      const after = await pollUntil(
-        () => served(docIds[0]!).catch(() => null),
-        (found) => found !== null && found.node !== victim,
-        20_000,
-        200,
-      );
-      assert.ok(after && after.node !== victim, 'served again by another node');
-      const failoverMs = Date.now() - killedAt;
-      assert.ok(failoverMs < 20_000, `served again after ${failoverMs} ms`);
-      await editing;
-      const checkAll = async () => {
-        for (const docId of docIds) {
-          const mine = editors.filter((e) => e.docId === docId);
-          await waitFor(
-            () => mine.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
-            'settled',
-            30_000,
-          );
-          // The killed node may have owned this document too, and the restarted one takes its
-          // documents back: while a document changes hands its GET answers 503 for a moment.
-          const final = await pollUntil(
-            () => served(docId).catch(() => null),
-            (found) => found !== null,
-            20_000,
-            200,
-          );
-          assert.ok(final, `${docId} served again`);
-          const stored = final;
-          await waitConverged(mine, () => stored.version);
-          for (const editor of mine) {
-            assert.deepEqual(JSON.parse(JSON.stringify(editor.state!.doc.toJSON())), stored.doc);
-          }
-          const ackedHere = acked.filter((a) => a.docId === docId).map((a) => a.version);
-          assert.ok(Math.max(...ackedHere) <= stored.version, 'nothing acknowledged lost');
+        await waitFor(
+          () => mine.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+          'settled',
+          30_000,
+        );
+        // The killed node may have owned this document too, and the restarted one takes its
+        // documents back: while a document changes hands its GET answers 503 for a moment.
+        const final = await pollUntil(
+          () => served(docId).catch(() => null),
+          (found) => found !== null,
+          20_000,
+          200,
+        );
+        assert.ok(final, `${docId} served again`);
+        const stored = final;
+        await waitConverged(mine, () => stored.version);
+        for (const editor of mine) {
+          assert.deepEqual(JSON.parse(JSON.stringify(editor.state!.doc.toJSON())), stored.doc);
         }
-      };
-      await checkAll();
-      // The node comes back (restarted by the cluster): the gateway routes the document to it
-      // again, the interim node hands it over, and its editors follow.
-      await waitFor(
-        () => lines.filter((line) => line.startsWith(`node ${victim} pid `)).length === 2,
-        'the node restarted',
-        30_000,
-      );
-      const back = await pollUntil(
-        () => served(docIds[0]!).catch(() => null),
-        (found) => found?.node === victim,
-        30_000,
-        250,
-      );
-      if (back?.node !== victim)
-        assert.fail(`the document did not go back to ${victim}: ${await diagnose(docIds[0]!)}`);
-      await Promise.all(editors.map((e, i) => editRandomly(e, new Random(90 + i), 10, 30)));
-      await checkAll();
-    } finally {
-      for (const editor of editors) editor.close();
-    }
+        const ackedHere = acked.filter((a) => a.docId === docId).map((a) => a.version);
+        assert.ok(Math.max(...ackedHere) <= stored.version, 'nothing acknowledged lost');
+      }
+    };
+    await checkAll();
+    // The node comes back (restarted by the cluster): the gateway routes the document to it
+    // again, the interim node hands it over, and its editors follow.
+    await waitFor(
+      () => lines.filter((line) => line.startsWith(`node ${victim} pid `)).length === 2,
+      'the node restarted',
+      30_000,
+    );
+    const back = await pollUntil(
+      () => served(docIds[0]!).catch(() => null),
+      (found) => found?.node === victim,
+      30_000,
+      250,
+    );
+    if (back?.node !== victim)
+      assert.fail(`the document did not go back to ${victim}: ${await diagnose(docIds[0]!)}`);
+    await Promise.all(editors.map((e, i) => editRandomly(e, new Random(90 + i), 10, 30)));
+    await checkAll();
   });
 });

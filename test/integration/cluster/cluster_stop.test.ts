@@ -42,7 +42,7 @@ describe('npm run cluster, stopped as Ctrl-C stops it', () => {
     await deleteRedisKeys(redisUrl, keyPrefix);
   });
 
-  it('a node that stops at start: the cluster says so and exits 1 at once, not after 30 s', async () => {
+  it('a node that stops at start: the cluster says so and exits 1 at once, not after 30 s', async (t) => {
     // Production without a key: the node refuses to start, exit 1.
     const { cluster, output: printed } = await startCluster({
       NODE_ENV: 'production',
@@ -50,21 +50,20 @@ describe('npm run cluster, stopped as Ctrl-C stops it', () => {
       AUTH_SECRET: '',
       AUTH_PUBLIC_KEY: '',
     });
-    try {
-      const [code] = (await once(cluster, 'exit')) as [number | null];
-      assert.equal(code, 1, printed());
-      assert.match(
-        printed(),
-        /^cluster: http:\/\/127\.0\.0\.1:\d+ exited \(1\) before it was ready$/m,
-      );
-    } finally {
+    t.after(() => {
       if (cluster.exitCode === null && cluster.signalCode === null) {
         process.kill(-cluster.pid!, 'SIGKILL');
       }
-    }
+    });
+    const [code] = (await once(cluster, 'exit')) as [number | null];
+    assert.equal(code, 1, printed());
+    assert.match(
+      printed(),
+      /^cluster: http:\/\/127\.0\.0\.1:\d+ exited \(1\) before it was ready$/m,
+    );
   });
 
-  it('a SIGINT to the process group: each node shuts down once, gracefully, and releases its leases', async () => {
+  it('a SIGINT to the process group: each node shuts down once, gracefully, and releases its leases', async (t) => {
     const { cluster, output: printed } = await startCluster({
       REDIS_KEY_PREFIX: keyPrefix,
       LOG_LEVEL: 'info',
@@ -74,34 +73,33 @@ describe('npm run cluster, stopped as Ctrl-C stops it', () => {
     const exited = once(cluster, 'exit') as Promise<[number | null, string | null]>;
     const docId = 'ctrl-c';
     let editor: ReturnType<typeof openEditor> | null = null;
-    try {
-      await waitFor(() => /^gateway (\S+)$/m.test(printed()), `the gateway:\n${printed()}`, 30_000);
-      const gateway = /^gateway (\S+)$/m.exec(printed())![1]!;
-      editor = openEditor(gateway, docId);
-      await editor.ready();
-      await editRandomly(editor, new Random(3), 10, 5);
-      await waitFor(() => editor!.status === 'synced' && !editor!.hasUnconfirmed, 'edits stored');
-      const redis = createClient({ url: redisUrl });
-      await redis.connect();
-      try {
-        assert.ok(await redis.exists(docKeys(keyPrefix, docId).lease), 'the node holds the lease');
-        process.kill(-cluster.pid!, 'SIGINT');
-        const [code] = await exited;
-        assert.equal(code, 0, printed());
-        assert.doesNotMatch(printed(), /second signal/, printed());
-        assert.equal(
-          await redis.exists(docKeys(keyPrefix, docId).lease),
-          0,
-          `the lease is released:\n${printed()}`,
-        );
-      } finally {
-        await redis.quit();
-      }
-    } finally {
+    t.after(() => {
       editor?.close();
       if (cluster.exitCode === null && cluster.signalCode === null) {
         process.kill(-cluster.pid!, 'SIGKILL');
       }
+    });
+    await waitFor(() => /^gateway (\S+)$/m.test(printed()), `the gateway:\n${printed()}`, 30_000);
+    const gateway = /^gateway (\S+)$/m.exec(printed())![1]!;
+    editor = openEditor(gateway, docId);
+    await editor.ready();
+    await editRandomly(editor, new Random(3), 10, 5);
+    await waitFor(() => editor!.status === 'synced' && !editor!.hasUnconfirmed, 'edits stored');
+    const redis = createClient({ url: redisUrl });
+    await redis.connect();
+    try {
+      assert.ok(await redis.exists(docKeys(keyPrefix, docId).lease), 'the node holds the lease');
+      process.kill(-cluster.pid!, 'SIGINT');
+      const [code] = await exited;
+      assert.equal(code, 0, printed());
+      assert.doesNotMatch(printed(), /second signal/, printed());
+      assert.equal(
+        await redis.exists(docKeys(keyPrefix, docId).lease),
+        0,
+        `the lease is released:\n${printed()}`,
+      );
+    } finally {
+      await redis.quit();
     }
   });
 });

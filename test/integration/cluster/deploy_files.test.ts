@@ -289,66 +289,65 @@ describe('the gateway config', () => {
 });
 
 describe('the gateway, running', () => {
-  it('answers 404 for the metrics and the dashboard (nodes are scraped directly) and proxies the rest', async () => {
+  it('answers 404 for the metrics and the dashboard (nodes are scraped directly) and proxies the rest', async (t) => {
     const node = await startServer({ nodeId: 'behind-the-gateway' });
     const dir = await mkdtemp(join(tmpdir(), 'scriptorium-nginx-'));
     const port = await freePort();
     const gateway = `http://127.0.0.1:${port}`;
     let stopNginx: (() => Promise<void>) | null = null;
-    try {
-      stopNginx = await startNginx(
-        dir,
-        renderNginxConfig({
-          nodes: [`127.0.0.1:${node.port}`],
-          listen: `127.0.0.1:${port}`,
-          prefix: dir,
-          workers: 1,
-        }),
-        `${gateway}/healthz`,
-      );
-      for (const path of [
-        ...['/metrics', '/metrics/', '/metrics/windows?last=1', '/METRICS', '//metrics'],
-        ...['/dashboard', '/dashboard/', '/dashboard/app.js', '/dashboard/app.css'],
-      ]) {
-        // The node itself serves each (so the 404 below is the gateway's doing).
-        const direct = await fetch(`${node.url}${path.replace('//', '/')}`, { redirect: 'manual' });
-        await direct.arrayBuffer();
-        assert.notEqual(direct.status, 404, `${path} on the node`);
-        const response = await fetch(`${gateway}${path}`, { redirect: 'manual' });
-        assert.equal(response.status, 404, path);
-        assert.equal(((await response.json()) as { code: string }).code, 'not-found', path);
-      }
-      const served = await fetch(`${gateway}/docs/never-seen`);
-      assert.equal(served.status, 404);
-      assert.equal(served.headers.get('x-scriptorium-node'), 'behind-the-gateway');
-      // A page the gateway served opens its socket through it: the node sees the gateway's
-      // Host, so the page's Origin is its own, and admits it (once, the node saw the upstream's
-      // name and refused every browser).
-      const socket = io(gateway, {
-        transports: ['websocket'],
-        reconnection: false,
-        forceNew: true,
-        query: { doc: 'through-the-gateway' },
-        auth: { clientID: 'gateway-page' },
-        extraHeaders: { origin: gateway },
-      });
-      try {
-        const connected = await new Promise<string>((resolve) => {
-          socket.once('connect', () => resolve('connected'));
-          socket.once('connect_error', (err: Error & { data?: { code?: string } }) =>
-            resolve(`refused: ${err.data?.code ?? err.message}`),
-          );
-        });
-        assert.equal(connected, 'connected');
-        const joined = await ask<SyncAnswer>(socket, 'join', {});
-        assert.equal(joined.ok, true, JSON.stringify(joined));
-      } finally {
-        socket.close();
-      }
-    } finally {
+    t.after(async () => {
       await stopNginx?.();
       await node.close();
       await rm(dir, { recursive: true, force: true });
+    });
+    stopNginx = await startNginx(
+      dir,
+      renderNginxConfig({
+        nodes: [`127.0.0.1:${node.port}`],
+        listen: `127.0.0.1:${port}`,
+        prefix: dir,
+        workers: 1,
+      }),
+      `${gateway}/healthz`,
+    );
+    for (const path of [
+      ...['/metrics', '/metrics/', '/metrics/windows?last=1', '/METRICS', '//metrics'],
+      ...['/dashboard', '/dashboard/', '/dashboard/app.js', '/dashboard/app.css'],
+    ]) {
+      // The node itself serves each (so the 404 below is the gateway's doing).
+      const direct = await fetch(`${node.url}${path.replace('//', '/')}`, { redirect: 'manual' });
+      await direct.arrayBuffer();
+      assert.notEqual(direct.status, 404, `${path} on the node`);
+      const response = await fetch(`${gateway}${path}`, { redirect: 'manual' });
+      assert.equal(response.status, 404, path);
+      assert.equal(((await response.json()) as { code: string }).code, 'not-found', path);
+    }
+    const served = await fetch(`${gateway}/docs/never-seen`);
+    assert.equal(served.status, 404);
+    assert.equal(served.headers.get('x-scriptorium-node'), 'behind-the-gateway');
+    // A page the gateway served opens its socket through it: the node sees the gateway's
+    // Host, so the page's Origin is its own, and admits it (once, the node saw the upstream's
+    // name and refused every browser).
+    const socket = io(gateway, {
+      transports: ['websocket'],
+      reconnection: false,
+      forceNew: true,
+      query: { doc: 'through-the-gateway' },
+      auth: { clientID: 'gateway-page' },
+      extraHeaders: { origin: gateway },
+    });
+    try {
+      const connected = await new Promise<string>((resolve) => {
+        socket.once('connect', () => resolve('connected'));
+        socket.once('connect_error', (err: Error & { data?: { code?: string } }) =>
+          resolve(`refused: ${err.data?.code ?? err.message}`),
+        );
+      });
+      assert.equal(connected, 'connected');
+      const joined = await ask<SyncAnswer>(socket, 'join', {});
+      assert.equal(joined.ok, true, JSON.stringify(joined));
+    } finally {
+      socket.close();
     }
   });
 });

@@ -162,56 +162,53 @@ describe('the packed package in a host app', () => {
     assert.equal(stdout.trim(), 'true');
   });
 
-  it('refuses a client without the token; four editors with the host schema converge; onAccepted saw every step; change reaches the editors', async () => {
+  it('refuses a client without the token; four editors with the host schema converge; onAccepted saw every step; change reaches the editors', async (t) => {
     const editors = start(hostDir, ['editors.mjs', url, 'shared', 'from the host']);
-    try {
-      assert.equal(await editors.line(), 'typed');
-      const change = await fetch(
-        `${url}/change?doc=shared&text=${encodeURIComponent('from the host')}`,
-        {
-          method: 'POST',
-        },
-      );
-      const { version } = (await change.json()) as { version: number };
-      const result = JSON.parse(await editors.line()) as {
-        refused: string;
-        docs: unknown[];
-        versions: number[];
-      };
-      assert.equal(result.refused, 'unauthorized');
-      const served = (await (await fetch(`${url}/document?doc=shared`)).json()) as {
-        version: number;
-        doc: { content: { type: string }[] };
-      };
-      assert.equal(served.version, version);
-      for (const doc of result.docs) assert.deepEqual(doc, served.doc);
-      assert.ok(
-        served.doc.content.some((node) => node.type === 'callout'),
-        'the callout',
-      );
-      const text = JSON.stringify(served.doc);
-      for (let i = 0; i < 4; i++) {
-        for (let round = 0; round < 10; round++) assert.ok(text.includes(`${i}${round} `));
-      }
-      assert.ok(text.includes('from the host'));
-      const accepted = (await (await fetch(`${url}/accepted`)).json()) as {
-        docId: string;
-        version: number;
-        steps: number;
-        user: string | null;
-      }[];
-      // Every version from 1 to the last, each reached by one accepted batch, in order.
-      let at = 0;
-      for (const event of accepted) {
-        assert.equal(event.version, at + event.steps, JSON.stringify(event));
-        at = event.version;
-      }
-      assert.equal(at, served.version);
-      const users = new Set(accepted.map((event) => event.user));
-      for (let i = 0; i < 4; i++) assert.ok(users.has(`user-editor-${i}`));
-      assert.ok(users.has(null), 'the server-side change has no user');
-    } finally {
-      editors.child.kill();
+    t.after(() => editors.child.kill());
+    assert.equal(await editors.line(), 'typed');
+    const change = await fetch(
+      `${url}/change?doc=shared&text=${encodeURIComponent('from the host')}`,
+      {
+        method: 'POST',
+      },
+    );
+    const { version } = (await change.json()) as { version: number };
+    const result = JSON.parse(await editors.line()) as {
+      refused: string;
+      docs: unknown[];
+      versions: number[];
+    };
+    assert.equal(result.refused, 'unauthorized');
+    const served = (await (await fetch(`${url}/document?doc=shared`)).json()) as {
+      version: number;
+      doc: { content: { type: string }[] };
+    };
+    assert.equal(served.version, version);
+    for (const doc of result.docs) assert.deepEqual(doc, served.doc);
+    assert.ok(
+      served.doc.content.some((node) => node.type === 'callout'),
+      'the callout',
+    );
+    const text = JSON.stringify(served.doc);
+    for (let i = 0; i < 4; i++) {
+      for (let round = 0; round < 10; round++) assert.ok(text.includes(`${i}${round} `));
     }
+    assert.ok(text.includes('from the host'));
+    const accepted = (await (await fetch(`${url}/accepted`)).json()) as {
+      docId: string;
+      version: number;
+      steps: number;
+      user: string | null;
+    }[];
+    // Every version from 1 to the last, each reached by one accepted batch, in order.
+    let at = 0;
+    for (const event of accepted) {
+      assert.equal(event.version, at + event.steps, JSON.stringify(event));
+      at = event.version;
+    }
+    assert.equal(at, served.version);
+    const users = new Set(accepted.map((event) => event.user));
+    for (let i = 0; i < 4; i++) assert.ok(users.has(`user-editor-${i}`));
+    assert.ok(users.has(null), 'the server-side change has no user');
   });
 });

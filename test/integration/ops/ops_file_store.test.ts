@@ -112,19 +112,16 @@ describe('FileStore directory lock', () => {
     await second.close();
   });
 
-  it('refuses a directory locked by another live process', async () => {
+  it('refuses a directory locked by another live process', async (t) => {
     const dir = await dataDir();
     const child = spawn('sleep', ['30']);
-    try {
-      await writeLock(dir, { pid: child.pid, hostname: hostname() });
-      assert.throws(
-        () => new FileStore({ dataDir: dir }),
-        (error: unknown) =>
-          error instanceof DirectoryLockedError && error.message.includes(`process ${child.pid}`),
-      );
-    } finally {
-      child.kill('SIGKILL');
-    }
+    t.after(() => child.kill('SIGKILL'));
+    await writeLock(dir, { pid: child.pid, hostname: hostname() });
+    assert.throws(
+      () => new FileStore({ dataDir: dir }),
+      (error: unknown) =>
+        error instanceof DirectoryLockedError && error.message.includes(`process ${child.pid}`),
+    );
   });
 
   it('refuses a lock held on another host, and says which file to delete', async () => {
@@ -185,21 +182,18 @@ describe('FileStore directory lock', () => {
     }
   });
 
-  it('refreshes its own lock while it holds the directory, and records where its pid means something', async () => {
+  it('refreshes its own lock while it holds the directory, and records where its pid means something', async (t) => {
     const dir = await dataDir();
     const path = join(dir, lockFileName);
     const store = new FileStore({ dataDir: dir });
-    try {
-      const lock = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
-      assert.match(String(lock['pidNamespace']), /^pid:\[\d+\]$/);
-      assert.equal(typeof lock['bootId'], 'string');
-      const old = new Date(Date.now() - 60_000);
-      await utimes(path, old, old);
-      await delay(lockRefreshMs + 500);
-      assert.ok(Date.now() - (await stat(path)).mtimeMs < lockRefreshMs + 500);
-    } finally {
-      await store.close();
-    }
+    t.after(() => store.close());
+    const lock = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+    assert.match(String(lock['pidNamespace']), /^pid:\[\d+\]$/);
+    assert.equal(typeof lock['bootId'], 'string');
+    const old = new Date(Date.now() - 60_000);
+    await utimes(path, old, old);
+    await delay(lockRefreshMs + 500);
+    assert.ok(Date.now() - (await stat(path)).mtimeMs < lockRefreshMs + 500);
   });
 
   it(
@@ -382,7 +376,7 @@ describe('FileStore timeouts (a hung disk: a FIFO in place of a file)', () => {
 });
 
 describe('FileStore readiness', () => {
-  it('/readyz answers 503 while the data directory is gone, and 200 once it is back', async () => {
+  it('/readyz answers 503 while the data directory is gone, and 200 once it is back', async (t) => {
     const dir = join(await dataDir(), 'data');
     const store = new FileStore({ dataDir: dir, timeoutMs: 500 });
     const server = await startServer({}, store);
@@ -390,19 +384,16 @@ describe('FileStore readiness', () => {
       const response = await fetch(`${server.url}/readyz`);
       return [response.status, ((await response.json()) as { message?: string }).message];
     };
-    try {
-      assert.deepEqual(await ready(), [200, undefined]);
-      // Moved away (a volume unmounted): nothing could be loaded or stored.
-      await rename(dir, `${dir}.away`);
-      assert.deepEqual(await ready(), [503, 'the store does not answer']);
-      await rename(`${dir}.away`, dir);
-      assert.deepEqual(await ready(), [200, undefined]);
-      // Replaced by an empty directory: writable, but not the store's (its lock is gone).
-      await rm(dir, { recursive: true });
-      await mkdir(dir);
-      assert.deepEqual(await ready(), [503, 'the store does not answer']);
-    } finally {
-      await server.close();
-    }
+    t.after(() => server.close());
+    assert.deepEqual(await ready(), [200, undefined]);
+    // Moved away (a volume unmounted): nothing could be loaded or stored.
+    await rename(dir, `${dir}.away`);
+    assert.deepEqual(await ready(), [503, 'the store does not answer']);
+    await rename(`${dir}.away`, dir);
+    assert.deepEqual(await ready(), [200, undefined]);
+    // Replaced by an empty directory: writable, but not the store's (its lock is gone).
+    await rm(dir, { recursive: true });
+    await mkdir(dir);
+    assert.deepEqual(await ready(), [503, 'the store does not answer']);
   });
 });

@@ -38,23 +38,20 @@ function stackLines(output: string): string[] {
 }
 
 describe('operations: start failures and crashes (server child processes)', () => {
-  it('a port in use: one clear line, exit 1, and the data directory unlocked', async () => {
+  it('a port in use: one clear line, exit 1, and the data directory unlocked', async (t) => {
     const dir = await tempDir();
     const holder = createServer().listen(0, '127.0.0.1');
     await once(holder, 'listening');
     const port = (holder.address() as AddressInfo).port;
-    try {
-      const { exit, output } = await runServerProcess(fileEnv(dir, { PORT: String(port) }));
-      assert.equal(exit, 1, output);
-      assert.match(
-        output,
-        new RegExp(`^scriptorium: cannot listen on 127\\.0\\.0\\.1:${port} \\(EADDRINUSE\\)$`, 'm'),
-      );
-      assert.deepEqual(stackLines(output), [], output);
-      await assert.rejects(stat(join(dir, lockFileName)), { code: 'ENOENT' }, 'lock released');
-    } finally {
-      holder.close();
-    }
+    t.after(() => holder.close());
+    const { exit, output } = await runServerProcess(fileEnv(dir, { PORT: String(port) }));
+    assert.equal(exit, 1, output);
+    assert.match(
+      output,
+      new RegExp(`^scriptorium: cannot listen on 127\\.0\\.0\\.1:${port} \\(EADDRINUSE\\)$`, 'm'),
+    );
+    assert.deepEqual(stackLines(output), [], output);
+    await assert.rejects(stat(join(dir, lockFileName)), { code: 'ENOENT' }, 'lock released');
   });
 
   it('an address that is not this machine`s: one clear line, exit 1', async () => {

@@ -84,7 +84,7 @@ describe('operations: lock, shutdown (server child processes, file store)', () =
     assert.doesNotMatch(third.output(), /taking over/);
   });
 
-  it('SIGTERM with a document wedged on a hung disk: exits within SHUTDOWN_TIMEOUT_MS, failed; the other document is saved', async () => {
+  it('SIGTERM with a document wedged on a hung disk: exits within SHUTDOWN_TIMEOUT_MS, failed; the other document is saved', async (t) => {
     const dir = await dataDir();
     const shutdownTimeoutMs = 1500;
     // The store's own timeout is far longer: only the shutdown budget can end this.
@@ -115,20 +115,17 @@ describe('operations: lock, shutdown (server child processes, file store)', () =
     }
     const warnings: string[] = [];
     const store = new FileStore({ dataDir: dir, logger: { warn: (_, msg) => warnings.push(msg) } });
-    try {
-      assert.match(warnings.join('\n'), new RegExp(`lock of process ${server.child.pid}\\b`));
-      const fine = (await store.load('fine'))!;
-      assert.ok(fine.version > 0);
-      assert.equal(fine.snapshot?.version, fine.version, 'the shutdown snapshot of fine');
-      const wedged = (await store.load('wedged'))!;
-      assert.equal(wedged.version, editors[0]!.version, 'every step of wedged is journaled');
-      assert.equal(wedged.snapshot, null);
-    } finally {
-      await store.close();
-    }
+    t.after(() => store.close());
+    assert.match(warnings.join('\n'), new RegExp(`lock of process ${server.child.pid}\\b`));
+    const fine = (await store.load('fine'))!;
+    assert.ok(fine.version > 0);
+    assert.equal(fine.snapshot?.version, fine.version, 'the shutdown snapshot of fine');
+    const wedged = (await store.load('wedged'))!;
+    assert.equal(wedged.version, editors[0]!.version, 'every step of wedged is journaled');
+    assert.equal(wedged.snapshot, null);
   });
 
-  it('SIGTERM when a document cannot be saved (an error, not a hang): exits 1 at once; the other document is saved', async () => {
+  it('SIGTERM when a document cannot be saved (an error, not a hang): exits 1 at once; the other document is saved', async (t) => {
     const dir = await dataDir();
     const server = await startServerProcess(fileEnv(dir, { SHUTDOWN_TIMEOUT_MS: '5000' }));
     let editors: CollabClient[] = [];
@@ -146,12 +143,9 @@ describe('operations: lock, shutdown (server child processes, file store)', () =
       await server.stop('SIGKILL');
     }
     const store = new FileStore({ dataDir: dir });
-    try {
-      const fine = (await store.load('fine'))!;
-      assert.equal(fine.snapshot?.version, fine.version);
-      assert.equal((await store.load('broken'))?.version, editors[0]!.version);
-    } finally {
-      await store.close();
-    }
+    t.after(() => store.close());
+    const fine = (await store.load('fine'))!;
+    assert.equal(fine.snapshot?.version, fine.version);
+    assert.equal((await store.load('broken'))?.version, editors[0]!.version);
   });
 });

@@ -26,45 +26,44 @@ for (const mode of modes)
     });
 
     for (const seed of seeds) {
-      it(`6 editors making random concurrent edits end equal to the server (seed ${seed})`, async () => {
+      it(`6 editors making random concurrent edits end equal to the server (seed ${seed})`, async (t) => {
         const docId = `convergence-${mode.name}-${seed}`;
         const editors = Array.from({ length: 6 }, (_, i) =>
           openEditor(server.url, docId, { clientID: `s${seed}-e${i}` }),
         );
-        try {
-          await Promise.all(editors.map((editor) => editor.ready()));
-          const made = await Promise.all(
-            editors.map((editor, i) => editRandomly(editor, new Random(seed * 31 + i), 40, 12)),
-          );
-          const room = () => server.server.rooms.peek(docId)!;
-          await waitConverged(editors, () => room().publishedVersion);
-          const response = await fetch(`${server.url}/docs/${docId}`);
-          const served = (await response.json()) as { version: number; doc: unknown };
-          for (const editor of editors) {
-            assert.ok(
-              editor.state!.doc.eq(schema.nodeFromJSON(served.doc)),
-              `seed ${seed}: ${editor.clientID} diverged from the server`,
-            );
-          }
-          assert.ok(
-            made.reduce((a, b) => a + b, 0) > 100,
-            `seed ${seed}: too few edits were made to mean anything`,
-          );
-          assert.ok(
-            served.version >= 100,
-            `seed ${seed}: only ${served.version} steps were accepted`,
-          );
-          // Contention must really have happened, or the test proves nothing.
-          if (mode.maxRebaseSteps > 0) {
-            assert.ok(room().rebasedBatches > 0, `seed ${seed}: no batch was rebased`);
-          } else {
-            assert.ok(
-              editors.some((editor) => editor.staleAnswers > 0),
-              `seed ${seed}: no batch was ever stale`,
-            );
-          }
-        } finally {
+        t.after(() => {
           for (const editor of editors) editor.close();
+        });
+        await Promise.all(editors.map((editor) => editor.ready()));
+        const made = await Promise.all(
+          editors.map((editor, i) => editRandomly(editor, new Random(seed * 31 + i), 40, 12)),
+        );
+        const room = () => server.server.rooms.peek(docId)!;
+        await waitConverged(editors, () => room().publishedVersion);
+        const response = await fetch(`${server.url}/docs/${docId}`);
+        const served = (await response.json()) as { version: number; doc: unknown };
+        for (const editor of editors) {
+          assert.ok(
+            editor.state!.doc.eq(schema.nodeFromJSON(served.doc)),
+            `seed ${seed}: ${editor.clientID} diverged from the server`,
+          );
+        }
+        assert.ok(
+          made.reduce((a, b) => a + b, 0) > 100,
+          `seed ${seed}: too few edits were made to mean anything`,
+        );
+        assert.ok(
+          served.version >= 100,
+          `seed ${seed}: only ${served.version} steps were accepted`,
+        );
+        // Contention must really have happened, or the test proves nothing.
+        if (mode.maxRebaseSteps > 0) {
+          assert.ok(room().rebasedBatches > 0, `seed ${seed}: no batch was rebased`);
+        } else {
+          assert.ok(
+            editors.some((editor) => editor.staleAnswers > 0),
+            `seed ${seed}: no batch was ever stale`,
+          );
         }
       });
     }

@@ -295,170 +295,162 @@ describe('hostile corpus (default limits)', () => {
     }
   });
 
-  it('big images: over the transport cap the connection closes, over maxAttributeBytes they are refused, and many allowed ones stop at maxDocBytes', async () => {
+  it('big images: over the transport cap the connection closes, over maxAttributeBytes they are refused, and many allowed ones stop at maxDocBytes', async (t) => {
     const corpus = new Corpus(server.url, 'images');
     await corpus.open();
-    try {
-      await corpus.honestEdit('start');
-      const src = (bytes: number) => `data:image/png;base64,${'A'.repeat(bytes)}`;
-      const cases: MessageCase[] = [
-        stepCase('an image with a 3.9 MB src', 'disconnected', (ctx) =>
-          insertInline(ctx, image(src(3_900_000))),
-        ),
-        stepCase('an image with a src over maxAttributeBytes', 'too-large', (ctx) =>
-          insertInline(ctx, image(src(defaults.maxAttributeBytes + 100))),
-        ),
-        stepCase('a message over maxMessageBytes (but under twice it)', 'too-large', (ctx) =>
-          insertInline(ctx, ...Array.from({ length: 20 }, () => image(src(4_000)))),
-        ),
-        stepCase('100 images with 400-byte srcs in one batch', 'accepted', (ctx) =>
-          insertInline(ctx, ...Array.from({ length: 100 }, () => image(src(400)))),
-        ),
-      ];
-      for (const c of cases) {
-        const before = await corpus.served();
-        assertOutcome(c, await corpus.send(c, toCtx(before)), before);
-        if (c.expect !== 'accepted') assert.deepEqual(await corpus.served(), before, c.name);
-        await corpus.honestEdit(c.name);
-      }
-      // 100 messages of one image each with a src just under maxAttributeBytes: accepted until
-      // the document would pass maxDocBytes, refused after.
-      let accepted = 0;
-      let refused = 0;
-      const ctx = toCtx(await corpus.served());
-      for (let i = 0; i < 100; i++) {
-        // Each image goes to the start of the first paragraph, which stays where it is.
-        const answer = await ask<{ ok: boolean; version: number }>(
-          corpus.attacker,
-          'steps',
-          batch(ctx, insertInline(ctx, image(src(defaults.maxAttributeBytes - 100))))[0],
-        );
-        if (answer.ok) {
-          assert.equal(refused, 0, 'nothing is accepted after the first refusal');
-          ctx.version = answer.version;
-          accepted++;
-        } else {
-          assertCoded(answer, 'too-large', `image message ${i}`);
-          refused++;
-        }
-      }
-      assert.ok(accepted >= 20 && refused >= 30, `accepted ${accepted}, refused ${refused}`);
-      const served = await corpus.served();
-      assert.ok(
-        JSON.stringify(served.doc).length <= defaults.maxDocBytes,
-        'the document stays within maxDocBytes',
-      );
-      await corpus.honestEdit('after the images');
-    } finally {
-      corpus.close();
+    t.after(() => corpus.close());
+    await corpus.honestEdit('start');
+    const src = (bytes: number) => `data:image/png;base64,${'A'.repeat(bytes)}`;
+    const cases: MessageCase[] = [
+      stepCase('an image with a 3.9 MB src', 'disconnected', (ctx) =>
+        insertInline(ctx, image(src(3_900_000))),
+      ),
+      stepCase('an image with a src over maxAttributeBytes', 'too-large', (ctx) =>
+        insertInline(ctx, image(src(defaults.maxAttributeBytes + 100))),
+      ),
+      stepCase('a message over maxMessageBytes (but under twice it)', 'too-large', (ctx) =>
+        insertInline(ctx, ...Array.from({ length: 20 }, () => image(src(4_000)))),
+      ),
+      stepCase('100 images with 400-byte srcs in one batch', 'accepted', (ctx) =>
+        insertInline(ctx, ...Array.from({ length: 100 }, () => image(src(400)))),
+      ),
+    ];
+    for (const c of cases) {
+      const before = await corpus.served();
+      assertOutcome(c, await corpus.send(c, toCtx(before)), before);
+      if (c.expect !== 'accepted') assert.deepEqual(await corpus.served(), before, c.name);
+      await corpus.honestEdit(c.name);
     }
+    // 100 messages of one image each with a src just under maxAttributeBytes: accepted until
+    // the document would pass maxDocBytes, refused after.
+    let accepted = 0;
+    let refused = 0;
+    const ctx = toCtx(await corpus.served());
+    for (let i = 0; i < 100; i++) {
+      // Each image goes to the start of the first paragraph, which stays where it is.
+      const answer = await ask<{ ok: boolean; version: number }>(
+        corpus.attacker,
+        'steps',
+        batch(ctx, insertInline(ctx, image(src(defaults.maxAttributeBytes - 100))))[0],
+      );
+      if (answer.ok) {
+        assert.equal(refused, 0, 'nothing is accepted after the first refusal');
+        ctx.version = answer.version;
+        accepted++;
+      } else {
+        assertCoded(answer, 'too-large', `image message ${i}`);
+        refused++;
+      }
+    }
+    assert.ok(accepted >= 20 && refused >= 30, `accepted ${accepted}, refused ${refused}`);
+    const served = await corpus.served();
+    assert.ok(
+      JSON.stringify(served.doc).length <= defaults.maxDocBytes,
+      'the document stays within maxDocBytes',
+    );
+    await corpus.honestEdit('after the images');
   });
 
-  it('on a 150 KB document: bold over all of it is accepted; the biggest batches a message holds are applied or refused whole; past the limits they are refused', async () => {
+  it('on a 150 KB document: bold over all of it is accepted; the biggest batches a message holds are applied or refused whole; past the limits they are refused', async (t) => {
     const corpus = new Corpus(server.url, 'full');
     await corpus.open();
-    try {
-      // About 150 KB of paragraphs, in messages under maxMessageBytes.
-      for (let part = 0; part < 4; part++) {
-        const ctx = toCtx(await corpus.served());
-        const paragraphs = Array.from({ length: 300 }, (_, i) => ({
-          type: 'paragraph',
-          content: [text(`p${part}-${i} `.padEnd(70, 'lorem ipsum '))],
-        }));
-        const answer = await ask<{ ok: boolean }>(corpus.attacker, 'steps', {
-          version: ctx.version,
-          steps: [
-            {
-              stepType: 'replace',
-              from: ctx.doc.content.size,
-              to: ctx.doc.content.size,
-              slice: { content: paragraphs },
-            },
-          ],
-        });
-        assert.equal(answer.ok, true, JSON.stringify(answer));
-      }
-      let before = await corpus.served();
-      assert.ok(JSON.stringify(before.doc).length > 140_000);
-      let ctx = toCtx(before);
-      const starts = () => {
-        const found: number[] = [];
-        ctx.doc.forEach((_node, offset) => found.push(offset + 1));
-        return found;
-      };
-      const typing = (count: number) => {
-        const at = starts();
-        const tr = new Transform(ctx.doc);
-        for (let i = 0; i < count; i++)
-          tr.insert(tr.mapping.map(at[(i * 2) % at.length]!), schema.text('x'));
-        return tr.steps.map((step) => step.toJSON());
-      };
-      const bolding = (count: number) => {
-        const at = starts();
-        return Array.from({ length: count }, (_, i) => ({
-          stepType: 'addMark',
-          mark: { type: 'em' },
-          from: at[i]!,
-          to: at[i]! + 1,
-        }));
-      };
-      // Past the limits: 1,000 typed steps are over maxMessageBytes; a markSet (what undoing a
-      // mark change sends) of 12,000 mark steps is over twice that and closes the connection.
-      assertCoded(
-        await ask(corpus.attacker, 'steps', { version: ctx.version, steps: typing(1000) }),
-        'too-large',
-        '1,000 steps',
-      );
-      assert.deepEqual(await corpus.served(), before);
-      const marks = stepCase('markSet of 12,000', 'disconnected', () => ({
-        stepType: 'markSet',
-        steps: Array.from({ length: 12 }, () => bolding(1000)).flat(),
+    t.after(() => corpus.close());
+    // About 150 KB of paragraphs, in messages under maxMessageBytes.
+    for (let part = 0; part < 4; part++) {
+      const ctx = toCtx(await corpus.served());
+      const paragraphs = Array.from({ length: 300 }, (_, i) => ({
+        type: 'paragraph',
+        content: [text(`p${part}-${i} `.padEnd(70, 'lorem ipsum '))],
       }));
-      assertOutcome(marks, await corpus.send(marks, ctx), before);
-      assert.deepEqual(await corpus.served(), before);
-      // One step, however long it takes, is never refused by the time budget: bold over the
-      // whole document is accepted.
-      await corpus.ensureAttacker();
-      const bold = await ask<{ ok: boolean; version: number }>(corpus.attacker, 'steps', {
+      const answer = await ask<{ ok: boolean }>(corpus.attacker, 'steps', {
         version: ctx.version,
         steps: [
-          { stepType: 'addMark', mark: { type: 'strong' }, from: 0, to: ctx.doc.content.size },
+          {
+            stepType: 'replace',
+            from: ctx.doc.content.size,
+            to: ctx.doc.content.size,
+            slice: { content: paragraphs },
+          },
         ],
       });
-      assert.deepEqual(bold, { ok: true, version: ctx.version + 1 });
-      before = await corpus.served();
-      ctx = toCtx(before);
-      // The biggest batches that fit in one message: whether they finish within maxApplyMs
-      // depends on the machine, but each is applied whole (every step, one answer) or refused whole
-      // (too-large, nothing changed).
-      const biggest: [string, () => unknown[]][] = [
-        ['600 typed steps', () => typing(600)],
-        ['a markSet of 800 mark steps', () => [{ stepType: 'markSet', steps: bolding(800) }]],
-      ];
-      for (const [name, make] of biggest) {
-        const steps = make();
-        assert.ok(JSON.stringify(steps).length < defaults.maxMessageBytes, name);
-        await corpus.ensureAttacker();
-        const answer = await ask<{ ok: boolean; version?: number; code?: string }>(
-          corpus.attacker,
-          'steps',
-          { version: ctx.version, steps },
-        );
-        const after = await corpus.served();
-        if (answer.ok) {
-          // Versions count steps (a markSet is one step): the whole batch, in one answer.
-          assert.equal(answer.version, ctx.version + steps.length, name);
-          assert.equal(after.version, ctx.version + steps.length, name);
-        } else {
-          assertCoded(answer, 'too-large', name);
-          assert.deepEqual(after, before, name);
-        }
-        before = after;
-        ctx = toCtx(after);
-      }
-      await corpus.honestEdit('after the big batches');
-    } finally {
-      corpus.close();
+      assert.equal(answer.ok, true, JSON.stringify(answer));
     }
+    let before = await corpus.served();
+    assert.ok(JSON.stringify(before.doc).length > 140_000);
+    let ctx = toCtx(before);
+    const starts = () => {
+      const found: number[] = [];
+      ctx.doc.forEach((_node, offset) => found.push(offset + 1));
+      return found;
+    };
+    const typing = (count: number) => {
+      const at = starts();
+      const tr = new Transform(ctx.doc);
+      for (let i = 0; i < count; i++)
+        tr.insert(tr.mapping.map(at[(i * 2) % at.length]!), schema.text('x'));
+      return tr.steps.map((step) => step.toJSON());
+    };
+    const bolding = (count: number) => {
+      const at = starts();
+      return Array.from({ length: count }, (_, i) => ({
+        stepType: 'addMark',
+        mark: { type: 'em' },
+        from: at[i]!,
+        to: at[i]! + 1,
+      }));
+    };
+    // Past the limits: 1,000 typed steps are over maxMessageBytes; a markSet (what undoing a
+    // mark change sends) of 12,000 mark steps is over twice that and closes the connection.
+    assertCoded(
+      await ask(corpus.attacker, 'steps', { version: ctx.version, steps: typing(1000) }),
+      'too-large',
+      '1,000 steps',
+    );
+    assert.deepEqual(await corpus.served(), before);
+    const marks = stepCase('markSet of 12,000', 'disconnected', () => ({
+      stepType: 'markSet',
+      steps: Array.from({ length: 12 }, () => bolding(1000)).flat(),
+    }));
+    assertOutcome(marks, await corpus.send(marks, ctx), before);
+    assert.deepEqual(await corpus.served(), before);
+    // One step, however long it takes, is never refused by the time budget: bold over the
+    // whole document is accepted.
+    await corpus.ensureAttacker();
+    const bold = await ask<{ ok: boolean; version: number }>(corpus.attacker, 'steps', {
+      version: ctx.version,
+      steps: [{ stepType: 'addMark', mark: { type: 'strong' }, from: 0, to: ctx.doc.content.size }],
+    });
+    assert.deepEqual(bold, { ok: true, version: ctx.version + 1 });
+    before = await corpus.served();
+    ctx = toCtx(before);
+    // The biggest batches that fit in one message: whether they finish within maxApplyMs
+    // depends on the machine, but each is applied whole (every step, one answer) or refused whole
+    // (too-large, nothing changed).
+    const biggest: [string, () => unknown[]][] = [
+      ['600 typed steps', () => typing(600)],
+      ['a markSet of 800 mark steps', () => [{ stepType: 'markSet', steps: bolding(800) }]],
+    ];
+    for (const [name, make] of biggest) {
+      const steps = make();
+      assert.ok(JSON.stringify(steps).length < defaults.maxMessageBytes, name);
+      await corpus.ensureAttacker();
+      const answer = await ask<{ ok: boolean; version?: number; code?: string }>(
+        corpus.attacker,
+        'steps',
+        { version: ctx.version, steps },
+      );
+      const after = await corpus.served();
+      if (answer.ok) {
+        // Versions count steps (a markSet is one step): the whole batch, in one answer.
+        assert.equal(answer.version, ctx.version + steps.length, name);
+        assert.equal(after.version, ctx.version + steps.length, name);
+      } else {
+        assertCoded(answer, 'too-large', name);
+        assert.deepEqual(after, before, name);
+      }
+      before = after;
+      ctx = toCtx(after);
+    }
+    await corpus.honestEdit('after the big batches');
   });
 });

@@ -57,7 +57,7 @@ describe('readers on one server', () => {
     await server.close();
   });
 
-  it('refuses a reader a document that does not exist (not-found) and creates nothing', async () => {
+  it('refuses a reader a document that does not exist (not-found) and creates nothing', async (t) => {
     const readers = [
       { clientID: 'r-token', token: await token('rita', 'read') },
       { clientID: 'r-flag', token: await token('will', 'write'), readOnly: true },
@@ -84,22 +84,21 @@ describe('readers on one server', () => {
       clientID: 'r-after',
       token: await token('rita', 'read'),
     });
-    try {
-      assert.ok(writer.answer.ok);
-      assert.ok(reader.answer.ok, JSON.stringify(reader.answer));
-      assert.deepEqual(await typeAt(writer.socket, writer.answer, 'hello'), {
-        ok: true,
-        version: 1,
-      });
-      await waitFor(() => reader.steps.length === 1, 'the reader to receive the steps');
-      assert.equal(reader.steps[0]!.version, 1);
-    } finally {
+    t.after(() => {
       writer.socket.close();
       reader.socket.close();
-    }
+    });
+    assert.ok(writer.answer.ok);
+    assert.ok(reader.answer.ok, JSON.stringify(reader.answer));
+    assert.deepEqual(await typeAt(writer.socket, writer.answer, 'hello'), {
+      ok: true,
+      version: 1,
+    });
+    await waitFor(() => reader.steps.length === 1, 'the reader to receive the steps');
+    assert.equal(reader.steps[0]!.version, 1);
   });
 
-  it('lets a reader load a stored document nobody has open, and follow it', async () => {
+  it('lets a reader load a stored document nobody has open, and follow it', async (t) => {
     const first = await joined(server, 'stored', {
       clientID: 'w1',
       token: await token('will', 'write'),
@@ -116,19 +115,18 @@ describe('readers on one server', () => {
       clientID: 'w2',
       token: await token('will', 'write'),
     });
-    try {
-      assert.ok(reader.answer.ok && 'doc' in reader.answer, JSON.stringify(reader.answer));
-      assert.equal(reader.answer.version, 1);
-      assert.match(JSON.stringify(reader.answer.doc), /kept/);
-      assert.deepEqual(await typeAt(writer.socket, writer.answer, 'more'), {
-        ok: true,
-        version: 2,
-      });
-      await waitFor(() => reader.steps.length === 1, 'the reader to receive the steps');
-    } finally {
+    t.after(() => {
       reader.socket.close();
       writer.socket.close();
-    }
+    });
+    assert.ok(reader.answer.ok && 'doc' in reader.answer, JSON.stringify(reader.answer));
+    assert.equal(reader.answer.version, 1);
+    assert.match(JSON.stringify(reader.answer.doc), /kept/);
+    assert.deepEqual(await typeAt(writer.socket, writer.answer, 'more'), {
+      ok: true,
+      version: 2,
+    });
+    await waitFor(() => reader.steps.length === 1, 'the reader to receive the steps');
   });
 });
 
@@ -178,42 +176,38 @@ describe('readers on two servers sharing Redis', () => {
     assert.equal(a.server.rooms.size, 0);
   });
 
-  it('a reader does not take a document from the node serving it', async () => {
+  it('a reader does not take a document from the node serving it', async (t) => {
     const writer = await joined(a, 'served', 'alice');
     assert.deepEqual(await typeAt(writer.socket, writer.answer, 'hi'), { ok: true, version: 1 });
     const reader = await joined(b, 'served', { clientID: 'r', readOnly: true });
-    try {
-      // Sent where the document is served, with when to try again...
-      assert.equal(!reader.answer.ok && reader.answer.code, 'moved');
-      assert.ok(!reader.answer.ok && typeof reader.answer.retryAfterMs === 'number');
-      // ...without asking a to hand it over.
-      assert.deepEqual(
-        await keysOf('served').then((keys) => keys.filter((k) => k.endsWith(':wanted'))),
-        [],
-      );
-      // a keeps it past the time a hand-over would take: its writer stays and writes on.
-      await delay(3 * leaseMs);
-      assert.deepEqual(writer.closings, []);
-      const again = await ask<SyncAnswer>(writer.socket, 'pull', {});
-      assert.deepEqual(await typeAt(writer.socket, again, 'yo'), { ok: true, version: 2 });
-    } finally {
+    t.after(() => {
       reader.socket.close();
       writer.socket.close();
-    }
+    });
+    // Sent where the document is served, with when to try again...
+    assert.equal(!reader.answer.ok && reader.answer.code, 'moved');
+    assert.ok(!reader.answer.ok && typeof reader.answer.retryAfterMs === 'number');
+    // ...without asking a to hand it over.
+    assert.deepEqual(
+      await keysOf('served').then((keys) => keys.filter((k) => k.endsWith(':wanted'))),
+      [],
+    );
+    // a keeps it past the time a hand-over would take: its writer stays and writes on.
+    await delay(3 * leaseMs);
+    assert.deepEqual(writer.closings, []);
+    const again = await ask<SyncAnswer>(writer.socket, 'pull', {});
+    assert.deepEqual(await typeAt(writer.socket, again, 'yo'), { ok: true, version: 2 });
   });
 
-  it('a reader loads a stored document that no node serves', async () => {
+  it('a reader loads a stored document that no node serves', async (t) => {
     const writer = await joined(a, 'resting', 'bob');
     assert.deepEqual(await typeAt(writer.socket, writer.answer, 'kept'), { ok: true, version: 1 });
     writer.socket.close();
     await waitFor(() => a.server.rooms.peek('resting') === undefined, 'a to unload it');
     const reader = await joined(b, 'resting', { clientID: 'r', readOnly: true });
-    try {
-      assert.ok(reader.answer.ok && 'doc' in reader.answer, JSON.stringify(reader.answer));
-      assert.equal(reader.answer.version, 1);
-      assert.match(JSON.stringify(reader.answer.doc), /kept/);
-    } finally {
-      reader.socket.close();
-    }
+    t.after(() => reader.socket.close());
+    assert.ok(reader.answer.ok && 'doc' in reader.answer, JSON.stringify(reader.answer));
+    assert.equal(reader.answer.version, 1);
+    assert.match(JSON.stringify(reader.answer.doc), /kept/);
   });
 });

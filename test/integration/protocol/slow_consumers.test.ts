@@ -186,7 +186,7 @@ describe('slow consumers', () => {
 });
 
 describe('a long-polling reader that stops polling', () => {
-  it('is dropped once what waits for it passes the limit, counted across sweeps as it grows', async () => {
+  it('is dropped once what waits for it passes the limit, counted across sweeps as it grows', async (t) => {
     // A polling client keeps its session alive with pongs but never asks for what it is sent:
     // every broadcast waits in engine.io's queue for it. Counted incrementally (each packet
     // once, as the queue grows between sweeps), the queue must still be seen for what it is.
@@ -201,37 +201,36 @@ describe('a long-polling reader that stops polling', () => {
     const url = `${base}&sid=${sid}`;
     let pong: NodeJS.Timeout | undefined;
     const writer = rawSocket(server.url, 'polled', 'writer');
-    try {
-      await fetch(url, { method: 'POST', body: '40{"clientID":"poller"}' });
-      assert.match(await (await fetch(url)).text(), /^40/);
-      await fetch(url, { method: 'POST', body: '420["join",{}]' });
-      assert.match(await (await fetch(url)).text(), /^430/);
-      pong = setInterval(() => void fetch(url, { method: 'POST', body: '3' }).catch(() => {}), 200);
-      const poller = () =>
-        [...server.server.io.of('/').sockets.values()].find(
-          (socket) => socket.data.clientID === 'poller',
-        );
-      assert.ok(poller()?.connected);
-      const joined = await ask<SyncAnswer>(writer, 'join', {});
-      assert.ok(joined.ok);
-      let version = joined.version;
-      const step = EditorState.create({ doc: emptyDoc() })
-        .tr.insertText('x'.repeat(200), 1)
-        .steps[0]!.toJSON();
-      // ~300 bytes a broadcast, sent over more than a second: the queue grows over several
-      // sweeps (every 250 ms) before it passes 64 KiB.
-      for (let i = 0; i < 400 && poller(); i++) {
-        const answer = await ask<StepsAnswer>(writer, 'steps', { version, steps: [step] });
-        assert.ok(answer.ok, !answer.ok ? answer.message : '');
-        version = answer.version;
-        await delay(4);
-      }
-      await waitFor(() => !poller(), 'the poller to be dropped');
-      assert.ok(writer.connected, 'the writer stays');
-    } finally {
+    t.after(async () => {
       clearInterval(pong);
       writer.close();
       await server.close();
+    });
+    await fetch(url, { method: 'POST', body: '40{"clientID":"poller"}' });
+    assert.match(await (await fetch(url)).text(), /^40/);
+    await fetch(url, { method: 'POST', body: '420["join",{}]' });
+    assert.match(await (await fetch(url)).text(), /^430/);
+    pong = setInterval(() => void fetch(url, { method: 'POST', body: '3' }).catch(() => {}), 200);
+    const poller = () =>
+      [...server.server.io.of('/').sockets.values()].find(
+        (socket) => socket.data.clientID === 'poller',
+      );
+    assert.ok(poller()?.connected);
+    const joined = await ask<SyncAnswer>(writer, 'join', {});
+    assert.ok(joined.ok);
+    let version = joined.version;
+    const step = EditorState.create({ doc: emptyDoc() })
+      .tr.insertText('x'.repeat(200), 1)
+      .steps[0]!.toJSON();
+    // ~300 bytes a broadcast, sent over more than a second: the queue grows over several
+    // sweeps (every 250 ms) before it passes 64 KiB.
+    for (let i = 0; i < 400 && poller(); i++) {
+      const answer = await ask<StepsAnswer>(writer, 'steps', { version, steps: [step] });
+      assert.ok(answer.ok, !answer.ok ? answer.message : '');
+      version = answer.version;
+      await delay(4);
     }
+    await waitFor(() => !poller(), 'the poller to be dropped');
+    assert.ok(writer.connected, 'the writer stays');
   });
 });

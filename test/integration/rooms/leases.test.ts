@@ -209,7 +209,7 @@ describe('two servers on one Redis', () => {
     for (const s of [onA.socket, onB.socket, late.socket]) s.close();
   });
 
-  it('answers a batch refused because the lease was lost with when to try again', async () => {
+  it('answers a batch refused because the lease was lost with when to try again', async (t) => {
     const onA = await joined(a, 'lost-lease', 'fay');
     assert.ok(onA.answer.ok);
     assert.deepEqual(await typeInto(onA.socket, a, 'lost-lease', 'kept '), {
@@ -219,24 +219,23 @@ describe('two servers on one Redis', () => {
     // The lease passes to another holder behind a's back (it expired while a was paused).
     const other = new RedisStore({ url: redisUrl, keyPrefix });
     await other.ready();
-    try {
-      await other.leases.release('lost-lease', a.server.rooms.peek('lost-lease')!.lease!);
-      assert.ok((await other.leases.acquire('lost-lease', 'node-x/1', leaseMs)).ok);
-      const refused = await typeInto(onA.socket, a, 'lost-lease', 'refused ');
-      assert.equal(!refused.ok && refused.code, 'moved');
-      assert.ok(
-        !refused.ok && typeof refused.retryAfterMs === 'number' && refused.retryAfterMs > 0,
-        JSON.stringify(refused),
-      );
-      await waitFor(() => onA.closings.some((c) => c.code === 'moved'), 'a sends its editor away');
-      assert.ok(
-        onA.closings.every((c) => c.retryAfterMs > 0),
-        JSON.stringify(onA.closings),
-      );
-    } finally {
+    t.after(async () => {
       onA.socket.close();
       await other.close();
-    }
+    });
+    await other.leases.release('lost-lease', a.server.rooms.peek('lost-lease')!.lease!);
+    assert.ok((await other.leases.acquire('lost-lease', 'node-x/1', leaseMs)).ok);
+    const refused = await typeInto(onA.socket, a, 'lost-lease', 'refused ');
+    assert.equal(!refused.ok && refused.code, 'moved');
+    assert.ok(
+      !refused.ok && typeof refused.retryAfterMs === 'number' && refused.retryAfterMs > 0,
+      JSON.stringify(refused),
+    );
+    await waitFor(() => onA.closings.some((c) => c.code === 'moved'), 'a sends its editor away');
+    assert.ok(
+      onA.closings.every((c) => c.retryAfterMs > 0),
+      JSON.stringify(onA.closings),
+    );
   });
 
   it('a server cut off from Redis past the lease time stops serving; nothing acknowledged is lost', async () => {

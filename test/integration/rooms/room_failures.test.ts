@@ -57,7 +57,7 @@ describe('room failures', () => {
     }
   });
 
-  it('answers a join whose document cannot be loaded unavailable, without the store`s own words', async () => {
+  it('answers a join whose document cannot be loaded unavailable, without the store`s own words', async (t) => {
     // The store's message may name a path or an address inside the network: it belongs in the
     // log, not in an answer to whoever asked.
     class FailingLoads extends MemoryStore {
@@ -67,19 +67,18 @@ describe('room failures', () => {
     }
     const server = await startServer({}, new FailingLoads());
     const socket = rawSocket(server.url, { doc: 'unloadable' }, { clientID: 'u' });
-    try {
-      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
-      const answer = await ask<SyncAnswer>(socket, 'join', {});
-      assert.ok(!answer.ok);
-      assert.equal(answer.code, 'unavailable');
-      assert.equal(answer.message, errors.unavailable.message);
-    } finally {
+    t.after(async () => {
       socket.close();
       await server.close();
-    }
+    });
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    const answer = await ask<SyncAnswer>(socket, 'join', {});
+    assert.ok(!answer.ok);
+    assert.equal(answer.code, 'unavailable');
+    assert.equal(answer.message, errors.unavailable.message);
   });
 
-  it('retries a failing snapshot after a wait, not in a busy loop', async () => {
+  it('retries a failing snapshot after a wait, not in a busy loop', async (t) => {
     class FailingSnapshots extends MemoryStore {
       attempts = 0;
       override async snapshot(): Promise<SnapshotOutcome> {
@@ -93,22 +92,21 @@ describe('room failures', () => {
       store,
     );
     const editor = openEditor(server.url, 'failing-snapshots', { clientID: 'f' });
-    try {
-      await editor.ready();
-      await editRandomly(editor, new Random(5), 3, 2);
-      await editor.settled();
-      await waitFor(() => store.attempts > 0, 'a snapshot attempt');
-      await delay(1500);
-      // Every 200 ms at most: seven or eight. The old room asked again at once, ~850 a second.
-      assert.ok(store.attempts <= 12, `${store.attempts} snapshot attempts in 1.5 s`);
-      assert.ok(store.attempts >= 3, 'the snapshot is still retried');
-    } finally {
+    t.after(async () => {
       editor.close();
       await server.close();
-    }
+    });
+    await editor.ready();
+    await editRandomly(editor, new Random(5), 3, 2);
+    await editor.settled();
+    await waitFor(() => store.attempts > 0, 'a snapshot attempt');
+    await delay(1500);
+    // Every 200 ms at most: seven or eight. The old room asked again at once, ~850 a second.
+    assert.ok(store.attempts <= 12, `${store.attempts} snapshot attempts in 1.5 s`);
+    assert.ok(store.attempts >= 3, 'the snapshot is still retried');
   });
 
-  it('settles a room whose append finds the store behind while it already restores its copy', async () => {
+  it('settles a room whose append finds the store behind while it already restores its copy', async (t) => {
     /// The store goes back to version 1 once armed: loads answer v1, a snapshot finds the lease
     /// gone, and an append in flight comes back as a conflict at v1.
     class RegressingStore extends MemoryStore {
@@ -137,63 +135,61 @@ describe('room failures', () => {
     const store = new RegressingStore();
     const server = await startServer({ snapshotEverySteps: 2 }, store);
     const a = rawSocket(server.url, 'wedge', 'a');
-    try {
-      await ask(a, 'join', {});
-      assert.deepEqual(await ask(a, 'steps', { version: 0, steps: [insert('x')] }), {
-        ok: true,
-        version: 1,
-      });
-      // Version 2 starts a snapshot, which finds the lease gone and the store behind.
-      store.armed = true;
-      assert.deepEqual(await ask(a, 'steps', { version: 1, steps: [insert('y')] }), {
-        ok: true,
-        version: 2,
-      });
-      // In flight meanwhile: an append that comes back as a conflict with the store behind.
-      store.slowConflict = true;
-      // (Its answer is lost: the repair sends the editors away before the append comes back.)
-      a.emit('steps', { version: 2, steps: [insert('z')] }, () => {});
-      await delay(20);
-      const room = server.server.rooms.peek('wedge')!;
-      let idle = false;
-      void room.whenIdle().then(() => (idle = true));
-      // Shutdown, a hand-over and making space wait on this; it used to wait for ever.
-      await waitFor(() => idle, 'the room to settle', 5000);
-      assert.equal(room.state, 'closed');
-    } finally {
+    t.after(async () => {
       a.close();
       await server.close();
-    }
+    });
+    await ask(a, 'join', {});
+    assert.deepEqual(await ask(a, 'steps', { version: 0, steps: [insert('x')] }), {
+      ok: true,
+      version: 1,
+    });
+    // Version 2 starts a snapshot, which finds the lease gone and the store behind.
+    store.armed = true;
+    assert.deepEqual(await ask(a, 'steps', { version: 1, steps: [insert('y')] }), {
+      ok: true,
+      version: 2,
+    });
+    // In flight meanwhile: an append that comes back as a conflict with the store behind.
+    store.slowConflict = true;
+    // (Its answer is lost: the repair sends the editors away before the append comes back.)
+    a.emit('steps', { version: 2, steps: [insert('z')] }, () => {});
+    await delay(20);
+    const room = server.server.rooms.peek('wedge')!;
+    let idle = false;
+    void room.whenIdle().then(() => (idle = true));
+    // Shutdown, a hand-over and making space wait on this; it used to wait for ever.
+    await waitFor(() => idle, 'the room to settle', 5000);
+    assert.equal(room.state, 'closed');
   });
 
-  it('answers a snapshot asked for while an older one is written only once the newer version is stored', async () => {
+  it('answers a snapshot asked for while an older one is written only once the newer version is stored', async (t) => {
     const store = new SlowStore({ snapshotMs: 200 });
     const server = await startServer({ snapshotEverySteps: 1_000_000 }, store);
     const a = rawSocket(server.url, 'snapshots', 'a');
-    try {
-      await ask(a, 'join', {});
-      assert.deepEqual(await ask(a, 'steps', { version: 0, steps: [insert('x')] }), {
-        ok: true,
-        version: 1,
-      });
-      const room = server.server.rooms.peek('snapshots')!;
-      const older = room.snapshot();
-      assert.deepEqual(await ask(a, 'steps', { version: 1, steps: [insert('y')] }), {
-        ok: true,
-        version: 2,
-      });
-      // What an unload or a shutdown asks: it used to get the answer of the one at version 1.
-      assert.equal(await room.snapshot(), true);
-      assert.equal(await older, true);
-      assert.equal((await store.load('snapshots'))?.snapshot?.version, 2);
-      assert.equal(room.needsSnapshot, false);
-    } finally {
+    t.after(async () => {
       a.close();
       await server.close();
-    }
+    });
+    await ask(a, 'join', {});
+    assert.deepEqual(await ask(a, 'steps', { version: 0, steps: [insert('x')] }), {
+      ok: true,
+      version: 1,
+    });
+    const room = server.server.rooms.peek('snapshots')!;
+    const older = room.snapshot();
+    assert.deepEqual(await ask(a, 'steps', { version: 1, steps: [insert('y')] }), {
+      ok: true,
+      version: 2,
+    });
+    // What an unload or a shutdown asks: it used to get the answer of the one at version 1.
+    assert.equal(await room.snapshot(), true);
+    assert.equal(await older, true);
+    assert.equal((await store.load('snapshots'))?.snapshot?.version, 2);
+    assert.equal(room.needsSnapshot, false);
   });
 
-  it('does not unload a document while a batch is being journaled: the host is told of it', async () => {
+  it('does not unload a document while a batch is being journaled: the host is told of it', async (t) => {
     let snapshotEntered: () => void = () => {};
     /// Snapshots take 100 ms; appends land at once but take 300 ms to confirm (a slow sync).
     class SlowSyncStore extends MemoryStore {
@@ -216,18 +212,15 @@ describe('room failures', () => {
       onUnload: (event) => void events.push(`unload@${event.version}`),
       onAccepted: (event) => void events.push(`accepted@${event.version}`),
     });
-    try {
-      const entered = new Promise<void>((resolve) => (snapshotEntered = resolve));
-      assert.equal(await collab.change('d', (tr) => tr.insert(1, collab.schema.text('A'))), 1);
-      // The idle unload writes its snapshot; a change comes while it does.
-      await entered;
-      assert.equal(await collab.change('d', (tr) => tr.insert(2, collab.schema.text('B'))), 2);
-      await waitFor(() => events.some((event) => event.startsWith('unload')), 'the unload', 5000);
-      assert.deepEqual(events, ['accepted@1', 'accepted@2', 'unload@2']);
-      const stored = await collab.document('d');
-      assert.equal(stored?.doc.textContent, 'AB');
-    } finally {
-      await collab.close();
-    }
+    t.after(() => collab.close());
+    const entered = new Promise<void>((resolve) => (snapshotEntered = resolve));
+    assert.equal(await collab.change('d', (tr) => tr.insert(1, collab.schema.text('A'))), 1);
+    // The idle unload writes its snapshot; a change comes while it does.
+    await entered;
+    assert.equal(await collab.change('d', (tr) => tr.insert(2, collab.schema.text('B'))), 2);
+    await waitFor(() => events.some((event) => event.startsWith('unload')), 'the unload', 5000);
+    assert.deepEqual(events, ['accepted@1', 'accepted@2', 'unload@2']);
+    const stored = await collab.document('d');
+    assert.equal(stored?.doc.textContent, 'AB');
   });
 });

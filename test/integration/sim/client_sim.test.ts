@@ -183,62 +183,60 @@ describe('client-sim: a short swarm against a real server', () => {
     assert.match(summaryTable(result), /\| yes \(2\) \|/);
   });
 
-  it('reports a light editors’ replica that differs from the server’s document', async () => {
+  it('reports a light editors’ replica that differs from the server’s document', async (t) => {
     const docId = 'sim-replica-check';
     const { slice, reply } = sliceOfTwo(server.url, docId, 10);
-    try {
-      await editFor(slice, reply, 600);
-      slice.handle({ type: 'stop', drainTimeoutMs: 5000 });
-      assert.ok((await reply('stopped')).totals.confirmed > 0, 'edits were made');
-      const served = await fetchDocument(server.url, docId);
-      assert.ok(served.version > 0);
-
-      slice.handle({ type: 'check', docs: [{ docId, ...served }], timeoutMs: 5000 });
-      const same = (await reply('checked')).checks;
-      assert.deepEqual(
-        same.map((c) => [c.clientID, c.converged]),
-        [['replica', true]],
-      );
-
-      // The server's document as it would be had one edit gone missing on the way to it.
-      const other = { type: 'doc', content: [{ type: 'paragraph' }] };
-      slice.handle({ type: 'check', docs: [{ docId, ...served, doc: other }], timeoutMs: 5000 });
-      const differs = (await reply('checked')).checks;
-      assert.equal(differs.length, 1);
-      assert.equal(differs[0]!.converged, false);
-      assert.match(differs[0]!.detail, /document differs from the server's at version \d+/);
-    } finally {
+    t.after(async () => {
       slice.handle({ type: 'close' });
       await reply('closed');
-    }
+    });
+    await editFor(slice, reply, 600);
+    slice.handle({ type: 'stop', drainTimeoutMs: 5000 });
+    assert.ok((await reply('stopped')).totals.confirmed > 0, 'edits were made');
+    const served = await fetchDocument(server.url, docId);
+    assert.ok(served.version > 0);
+
+    slice.handle({ type: 'check', docs: [{ docId, ...served }], timeoutMs: 5000 });
+    const same = (await reply('checked')).checks;
+    assert.deepEqual(
+      same.map((c) => [c.clientID, c.converged]),
+      [['replica', true]],
+    );
+
+    // The server's document as it would be had one edit gone missing on the way to it.
+    const other = { type: 'doc', content: [{ type: 'paragraph' }] };
+    slice.handle({ type: 'check', docs: [{ docId, ...served, doc: other }], timeoutMs: 5000 });
+    const differs = (await reply('checked')).checks;
+    assert.equal(differs.length, 1);
+    assert.equal(differs[0]!.converged, false);
+    assert.match(differs[0]!.detail, /document differs from the server's at version \d+/);
   });
 
-  it('does not take a replica whose editors were closed with batches in flight for a divergence', async () => {
+  it('does not take a replica whose editors were closed with batches in flight for a divergence', async (t) => {
     // An overloaded run's drain gives up: the editors still waiting for a batch are closed,
     // their batches may land afterwards, and their replica hears no more broadcasts. It cannot
     // reach the server's version: it is left out of the check, not reported as diverged.
     const docId = 'sim-undrained';
     const { slice, reply } = sliceOfTwo(server.url, docId, 30);
-    try {
-      await editFor(slice, reply, 600);
-      // Private state, read to stop at the moment the test is about: both editors waiting.
-      const light = (slice as unknown as { light: { inFlight: unknown }[] }).light;
-      await waitFor(() => light.every((editor) => editor.inFlight), 'both editors to wait');
-      slice.handle({ type: 'stop', drainTimeoutMs: 0 });
-      assert.equal((await reply('stopped')).undrained, 2);
-      // Elapsed time: the stopped editors' batches in flight are left to land before the read.
-      await delay(500);
-      const served = await fetchDocument(server.url, docId);
-      slice.handle({ type: 'check', docs: [{ docId, ...served }], timeoutMs: 5000 });
-      const checks = (await reply('checked')).checks;
-      assert.deepEqual(
-        checks.filter((check) => !check.converged),
-        [],
-      );
-    } finally {
+    t.after(async () => {
       slice.handle({ type: 'close' });
       await reply('closed');
-    }
+    });
+    await editFor(slice, reply, 600);
+    // Private state, read to stop at the moment the test is about: both editors waiting.
+    const light = (slice as unknown as { light: { inFlight: unknown }[] }).light;
+    await waitFor(() => light.every((editor) => editor.inFlight), 'both editors to wait');
+    slice.handle({ type: 'stop', drainTimeoutMs: 0 });
+    assert.equal((await reply('stopped')).undrained, 2);
+    // Elapsed time: the stopped editors' batches in flight are left to land before the read.
+    await delay(500);
+    const served = await fetchDocument(server.url, docId);
+    slice.handle({ type: 'check', docs: [{ docId, ...served }], timeoutMs: 5000 });
+    const checks = (await reply('checked')).checks;
+    assert.deepEqual(
+      checks.filter((check) => !check.converged),
+      [],
+    );
   });
 
   it('counts the time an edit waited for a busy simulator thread in its latency', async () => {
@@ -451,39 +449,36 @@ describe('client-sim: options and a missing server', () => {
     );
   });
 
-  it('exits 1 when its editors cannot join, instead of waiting for ever', async () => {
+  it('exits 1 when its editors cannot join, instead of waiting for ever', async (t) => {
     // A server that needs tokens, which the simulator does not send: every join is refused.
     // The slice's window recorder was started anyway and never stopped, and its timer kept
     // the process alive after the failure was printed.
     const server = await startServer({ authSecret: 'a secret of at least thirty-two bytes!!' });
-    try {
-      const sim = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-        const child = spawn(
-          process.execPath,
-          [
-            fileURLToPath(new URL('../../../client-sim/main.js', import.meta.url)),
-            '--url',
-            server.url,
-            '--editors',
-            '2',
-            '--duration',
-            '5',
-          ],
-          { stdio: ['ignore', 'ignore', 'pipe'] },
-        );
-        let stderr = '';
-        child.stderr.on('data', (chunk) => (stderr += chunk));
-        const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-        child.on('exit', (code) => {
-          clearTimeout(timer);
-          resolve({ code, stderr });
-        });
+    t.after(() => server.close());
+    const sim = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(
+        process.execPath,
+        [
+          fileURLToPath(new URL('../../../client-sim/main.js', import.meta.url)),
+          '--url',
+          server.url,
+          '--editors',
+          '2',
+          '--duration',
+          '5',
+        ],
+        { stdio: ['ignore', 'ignore', 'pipe'] },
+      );
+      let stderr = '';
+      child.stderr.on('data', (chunk) => (stderr += chunk));
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+      child.on('exit', (code) => {
+        clearTimeout(timer);
+        resolve({ code, stderr });
       });
-      assert.equal(sim.code, 1, sim.stderr);
-      assert.match(sim.stderr, /2 of 2 sockets could not join/);
-    } finally {
-      await server.close();
-    }
+    });
+    assert.equal(sim.code, 1, sim.stderr);
+    assert.match(sim.stderr, /2 of 2 sockets could not join/);
   });
 
   it('fails fast with a clear error when no server answers', async () => {

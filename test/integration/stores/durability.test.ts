@@ -120,7 +120,7 @@ describe('durability (real Redis, server child processes)', () => {
     await deleteRedisKeys(redisUrl, keyPrefix);
   });
 
-  it('restart: stop gracefully, start again, same document and version; clients catch up without reloading', async () => {
+  it('restart: stop gracefully, start again, same document and version; clients catch up without reloading', async (t) => {
     const docId = `restart-${randomUUID()}`;
     let server = await startServerProcess({ REDIS_URL: redisUrl, REDIS_KEY_PREFIX: keyPrefix });
     const acked: Acked[] = [];
@@ -128,52 +128,43 @@ describe('durability (real Redis, server child processes)', () => {
     const editors = trackedEditors(() => server.url, docId, 3, acked, 'restart', {
       onReload: () => reloads++,
     });
-    try {
-      await Promise.all(editors.map((editor) => editor.ready()));
-      await Promise.all(
-        editors.map((editor, i) => editRandomly(editor, new Random(70 + i), 20, 5)),
-      );
-      await Promise.all(editors.map((editor) => editor.settled()));
-      const before = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
-        version: number;
-        doc: unknown;
-      };
-      assert.equal(await server.stop('SIGTERM'), 0, `graceful stop exits 0:\n${server.output()}`);
-      server = await startServerProcess(
-        { REDIS_URL: redisUrl, REDIS_KEY_PREFIX: keyPrefix },
-        server.port,
-      );
-      const afterRestart = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
-        version: number;
-        doc: unknown;
-      };
-      assert.equal(afterRestart.version, before.version);
-      assert.deepEqual(afterRestart.doc, before.doc);
-      await waitFor(
-        () => editors.every((editor) => editor.reconnects >= 1 && editor.status === 'synced'),
-        'reconnects',
-      );
-      await Promise.all(
-        editors.map((editor, i) => editRandomly(editor, new Random(80 + i), 10, 5)),
-      );
-      const room = async () =>
-        ((await (await fetch(`${server.url}/docs/${docId}`)).json()) as { version: number })
-          .version;
-      let version = await room();
-      await waitFor(
-        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
-        'settle',
-      );
-      version = await room();
-      await waitConverged(editors, () => version);
-      assert.equal(reloads, 0, 'no editor had to reload the document');
-    } finally {
+    t.after(async () => {
       await closeAll(editors);
       await server.stop('SIGTERM');
-    }
+    });
+    await Promise.all(editors.map((editor) => editor.ready()));
+    await Promise.all(editors.map((editor, i) => editRandomly(editor, new Random(70 + i), 20, 5)));
+    await Promise.all(editors.map((editor) => editor.settled()));
+    const before = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+      version: number;
+      doc: unknown;
+    };
+    assert.equal(await server.stop('SIGTERM'), 0, `graceful stop exits 0:\n${server.output()}`);
+    server = await startServerProcess(
+      { REDIS_URL: redisUrl, REDIS_KEY_PREFIX: keyPrefix },
+      server.port,
+    );
+    const afterRestart = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+      version: number;
+      doc: unknown;
+    };
+    assert.equal(afterRestart.version, before.version);
+    assert.deepEqual(afterRestart.doc, before.doc);
+    await waitFor(
+      () => editors.every((editor) => editor.reconnects >= 1 && editor.status === 'synced'),
+      'reconnects',
+    );
+    await Promise.all(editors.map((editor, i) => editRandomly(editor, new Random(80 + i), 10, 5)));
+    const room = async () =>
+      ((await (await fetch(`${server.url}/docs/${docId}`)).json()) as { version: number }).version;
+    let version = await room();
+    await waitFor(() => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed), 'settle');
+    version = await room();
+    await waitConverged(editors, () => version);
+    assert.equal(reloads, 0, 'no editor had to reload the document');
   });
 
-  it('crash: SIGKILL mid-stream, three times; every acknowledged step survives and editors converge', async () => {
+  it('crash: SIGKILL mid-stream, three times; every acknowledged step survives and editors converge', async (t) => {
     const docId = `crash-${randomUUID()}`;
     // A short lease: the restarted process waits for the dead one's to expire.
     const env = {
@@ -187,38 +178,37 @@ describe('durability (real Redis, server child processes)', () => {
     let server = await startServerProcess(env);
     const acked: Acked[] = [];
     const editors = trackedEditors(() => server.url, docId, 4, acked, 'crash');
-    try {
-      await Promise.all(editors.map((editor) => editor.ready()));
-      for (let round = 0; round < 3; round++) {
-        const editing = Promise.all(
-          editors.map((editor, i) => editRandomly(editor, new Random(round * 10 + i), 60, 4)),
-        );
-        await delay(150);
-        assert.equal(await server.stop('SIGKILL'), 'SIGKILL');
-        const ackedAtCrash = Math.max(0, ...acked.map((batch) => batch.version));
-        server = await startServerProcess(env, server.port);
-        const served = await servedAfterCrash(server.url, docId);
-        assert.ok(
-          served.version >= ackedAtCrash,
-          `version ${served.version} went below acknowledged ${ackedAtCrash}`,
-        );
-        await editing;
-      }
-      await waitFor(
-        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
-        'editors to settle',
-        30_000,
-      );
-      const version = await assertAckedStored(store, docId, acked);
-      await waitConverged(editors, () => version);
-      assert.ok(acked.length > 20, `only ${acked.length} batches were acknowledged`);
-    } finally {
+    t.after(async () => {
       await closeAll(editors);
       await server.stop('SIGKILL');
+    });
+    await Promise.all(editors.map((editor) => editor.ready()));
+    for (let round = 0; round < 3; round++) {
+      const editing = Promise.all(
+        editors.map((editor, i) => editRandomly(editor, new Random(round * 10 + i), 60, 4)),
+      );
+      await delay(150);
+      assert.equal(await server.stop('SIGKILL'), 'SIGKILL');
+      const ackedAtCrash = Math.max(0, ...acked.map((batch) => batch.version));
+      server = await startServerProcess(env, server.port);
+      const served = await servedAfterCrash(server.url, docId);
+      assert.ok(
+        served.version >= ackedAtCrash,
+        `version ${served.version} went below acknowledged ${ackedAtCrash}`,
+      );
+      await editing;
     }
+    await waitFor(
+      () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+      'editors to settle',
+      30_000,
+    );
+    const version = await assertAckedStored(store, docId, acked);
+    await waitConverged(editors, () => version);
+    assert.ok(acked.length > 20, `only ${acked.length} batches were acknowledged`);
   });
 
-  it('file store crash: SIGKILL mid-stream, twice, restarting on the same directory; the stale lock is taken over and every acknowledged step survives', async () => {
+  it('file store crash: SIGKILL mid-stream, twice, restarting on the same directory; the stale lock is taken over and every acknowledged step survives', async (t) => {
     const dir = await mkdtemp(join(tmpdir(), 'scriptorium-durability-file-'));
     // REDIS_URL emptied: the file store, whatever the test run has set.
     const env = { REDIS_URL: '', DATA_DIR: dir, ...keepJournal };
@@ -249,17 +239,16 @@ describe('durability (real Redis, server child processes)', () => {
       await server.stop('SIGKILL');
     }
     const local = new FileStore({ dataDir: dir });
-    try {
-      const version = await assertAckedStored(local, docId, acked);
-      assert.ok(editors.every((editor) => editor.version === version));
-      assert.ok(acked.length > 10, `only ${acked.length} batches were acknowledged`);
-    } finally {
+    t.after(async () => {
       await local.close();
       await rm(dir, { recursive: true, force: true });
-    }
+    });
+    const version = await assertAckedStored(local, docId, acked);
+    assert.ok(editors.every((editor) => editor.version === version));
+    assert.ok(acked.length > 10, `only ${acked.length} batches were acknowledged`);
   });
 
-  it('Redis outage: steps are refused with unavailable, nothing acknowledged is lost, editing resumes', async () => {
+  it('Redis outage: steps are refused with unavailable, nothing acknowledged is lost, editing resumes', async (t) => {
     const dir = await mkdtemp(join(tmpdir(), 'scriptorium-redis-'));
     const redis = new RedisProcess(undefined, { dir });
     await redis.start();
@@ -272,46 +261,43 @@ describe('durability (real Redis, server child processes)', () => {
     const acked: Acked[] = [];
     const editors = trackedEditors(() => server.url, docId, 3, acked, 'outage');
     const local = new RedisStore({ url: redis.url, commandTimeoutMs: 2000 });
-    try {
-      await Promise.all(editors.map((editor) => editor.ready()));
-      await Promise.all(
-        editors.map((editor, i) => editRandomly(editor, new Random(40 + i), 10, 5)),
-      );
-      // A Redis that stops answering (paused), then one that is gone (killed and restarted).
-      for (const outage of ['pause', 'kill'] as const) {
-        if (outage === 'pause') redis.pause();
-        else await redis.kill();
-        await Promise.all(
-          editors.map((editor, i) => editRandomly(editor, new Random(50 + i), 15, 20)),
-        );
-        await waitFor(
-          () => editors.some((editor) => (editor.refusals['unavailable'] ?? 0) > 0),
-          'an unavailable refusal',
-        );
-        const health = await fetch(`${server.url}/docs/${docId}`);
-        assert.equal(health.status, 200, 'reads of a loaded document go on during the outage');
-        if (outage === 'pause') redis.resume();
-        else await redis.start();
-        await waitFor(
-          () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
-          `editing to resume after the ${outage}`,
-          30_000,
-        );
-      }
-      assert.equal(server.child.exitCode, null, 'the server did not crash');
-      await local.ready(5000);
-      const version = await assertAckedStored(local, docId, acked);
-      await waitConverged(editors, () => version);
-    } finally {
+    t.after(async () => {
       await closeAll(editors);
       await server.stop('SIGTERM');
       await local.close();
       await redis.kill();
       await rm(dir, { recursive: true, force: true });
+    });
+    await Promise.all(editors.map((editor) => editor.ready()));
+    await Promise.all(editors.map((editor, i) => editRandomly(editor, new Random(40 + i), 10, 5)));
+    // A Redis that stops answering (paused), then one that is gone (killed and restarted).
+    for (const outage of ['pause', 'kill'] as const) {
+      if (outage === 'pause') redis.pause();
+      else await redis.kill();
+      await Promise.all(
+        editors.map((editor, i) => editRandomly(editor, new Random(50 + i), 15, 20)),
+      );
+      await waitFor(
+        () => editors.some((editor) => (editor.refusals['unavailable'] ?? 0) > 0),
+        'an unavailable refusal',
+      );
+      const health = await fetch(`${server.url}/docs/${docId}`);
+      assert.equal(health.status, 200, 'reads of a loaded document go on during the outage');
+      if (outage === 'pause') redis.resume();
+      else await redis.start();
+      await waitFor(
+        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+        `editing to resume after the ${outage}`,
+        30_000,
+      );
     }
+    assert.equal(server.child.exitCode, null, 'the server did not crash');
+    await local.ready(5000);
+    const version = await assertAckedStored(local, docId, acked);
+    await waitConverged(editors, () => version);
   });
 
-  it('deploy overlap: a new process of the same node takes the documents over while the old one drains; nobody diverges, nothing acknowledged is lost', async () => {
+  it('deploy overlap: a new process of the same node takes the documents over while the old one drains; nobody diverges, nothing acknowledged is lost', async (t) => {
     const docIds = [`deploy-${randomUUID()}`, `deploy-${randomUUID()}`];
     const env = {
       REDIS_URL: redisUrl,
@@ -329,46 +315,45 @@ describe('durability (real Redis, server child processes)', () => {
       trackedEditors(() => `http://127.0.0.1:${route.port}`, docId, 3, acked, `deploy-${d}`),
     );
     let fresh: Awaited<ReturnType<typeof startServerProcess>> | null = null;
-    try {
-      await Promise.all(editors.map((editor) => editor.ready()));
-      const editing = Promise.all(
-        editors.map((editor, i) => editRandomly(editor, new Random(300 + i), 80, 40)),
-      );
-      await delay(500);
-      // The new process starts, the route sends new connections to it, and the old one keeps
-      // serving its editors for a while before it is told to stop (as a platform's deploy
-      // does: start the new instance, shift traffic, SIGTERM the old one).
-      fresh = await startServerProcess(env);
-      route.retarget(fresh.port);
-      await delay(1500);
-      await old.stop('SIGTERM');
-      await editing;
-      await waitFor(
-        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
-        'editors to settle',
-        30_000,
-      );
-      for (const [d, docId] of docIds.entries()) {
-        const stored = (await store.load(docId))!;
-        const mineEditors = editors.filter((e) => e.docId === docId);
-        await waitConverged(mineEditors, () => stored.version);
-        const doc = reconstruct(stored);
-        for (const editor of mineEditors) {
-          assert.ok(editor.state!.doc.eq(doc), `${editor.clientID} equals the stored document`);
-        }
-        const mine = acked.filter((batch) => batch.clientID.startsWith(`deploy-${d}`));
-        assert.ok(mine.length > 0);
-        for (const batch of mine) assert.ok(batch.version <= stored.version);
-      }
-      assert.doesNotMatch(old.output() + fresh.output(), /journal conflict/);
-    } finally {
+    t.after(async () => {
       await closeAll(editors);
       await fresh?.stop('SIGTERM');
       await route.stop();
+    });
+    await Promise.all(editors.map((editor) => editor.ready()));
+    const editing = Promise.all(
+      editors.map((editor, i) => editRandomly(editor, new Random(300 + i), 80, 40)),
+    );
+    await delay(500);
+    // The new process starts, the route sends new connections to it, and the old one keeps
+    // serving its editors for a while before it is told to stop (as a platform's deploy
+    // does: start the new instance, shift traffic, SIGTERM the old one).
+    fresh = await startServerProcess(env);
+    route.retarget(fresh.port);
+    await delay(1500);
+    await old.stop('SIGTERM');
+    await editing;
+    await waitFor(
+      () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+      'editors to settle',
+      30_000,
+    );
+    for (const [d, docId] of docIds.entries()) {
+      const stored = (await store.load(docId))!;
+      const mineEditors = editors.filter((e) => e.docId === docId);
+      await waitConverged(mineEditors, () => stored.version);
+      const doc = reconstruct(stored);
+      for (const editor of mineEditors) {
+        assert.ok(editor.state!.doc.eq(doc), `${editor.clientID} equals the stored document`);
+      }
+      const mine = acked.filter((batch) => batch.clientID.startsWith(`deploy-${d}`));
+      assert.ok(mine.length > 0);
+      for (const batch of mine) assert.ok(batch.version <= stored.version);
     }
+    assert.doesNotMatch(old.output() + fresh.output(), /journal conflict/);
   });
 
-  it('two processes on one Redis: one serves the document at a time; when the routes converge every editor ends on one, equal to the store, nothing acknowledged lost', async () => {
+  it('two processes on one Redis: one serves the document at a time; when the routes converge every editor ends on one, equal to the store, nothing acknowledged lost', async (t) => {
     const docId = `two-${randomUUID()}`;
     const env = {
       REDIS_URL: redisUrl,
@@ -388,41 +373,38 @@ describe('durability (real Redis, server child processes)', () => {
       ...trackedEditors(() => `http://127.0.0.1:${toA.port}`, docId, 2, acked, 'via-a'),
       ...trackedEditors(() => `http://127.0.0.1:${toB.port}`, docId, 2, acked, 'via-b'),
     ];
-    try {
-      // Both routes in use: whichever process does not hold the lease answers `moved` and asks
-      // the holder for the document, which hands it over after holding it a lease time. So
-      // every editor gets it in turn, and edits while the document goes back and forth: an
-      // editor on the process that does not hold it keeps its edits until it reaches the one
-      // that does.
-      await Promise.all(editors.map((editor) => editor.ready()));
-      await Promise.all(
-        editors.map((editor, i) => editRandomly(editor, new Random(90 + i), 40, 50)),
-      );
-      // The routes converge on a (as the gateway's consistent hash does): b hands the document
-      // over if it holds it, its editors reconnect, and every one of them ends on a.
-      toB.retarget(a.port);
-      await waitFor(
-        () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
-        'editors to settle',
-        30_000,
-      );
-      // Settled, then caught up with the last broadcasts: every editor at the stored version.
-      const stored = (await store.load(docId))!;
-      await waitConverged(editors, () => stored.version);
-      const doc = reconstruct(stored);
-      for (const editor of editors) {
-        assert.ok(editor.state!.doc.eq(doc), `${editor.clientID} equals the stored document`);
-      }
-      for (const batch of acked) assert.ok(batch.version <= stored.version);
-      assert.ok(acked.some((batch) => batch.clientID.startsWith('via-a')));
-      assert.ok(acked.some((batch) => batch.clientID.startsWith('via-b')));
-      // The leases kept the writers apart: the journal's compare-and-set never had to.
-      assert.doesNotMatch(a.output() + b.output(), /journal conflict/);
-    } finally {
+    t.after(async () => {
       await closeAll(editors);
       await a.stop('SIGTERM');
       await b.stop('SIGTERM');
       await Promise.all([toA.stop(), toB.stop()]);
+    });
+    // Both routes in use: whichever process does not hold the lease answers `moved` and asks
+    // the holder for the document, which hands it over after holding it a lease time. So
+    // every editor gets it in turn, and edits while the document goes back and forth: an
+    // editor on the process that does not hold it keeps its edits until it reaches the one
+    // that does.
+    await Promise.all(editors.map((editor) => editor.ready()));
+    await Promise.all(editors.map((editor, i) => editRandomly(editor, new Random(90 + i), 40, 50)));
+    // The routes converge on a (as the gateway's consistent hash does): b hands the document
+    // over if it holds it, its editors reconnect, and every one of them ends on a.
+    toB.retarget(a.port);
+    await waitFor(
+      () => editors.every((e) => e.status === 'synced' && !e.hasUnconfirmed),
+      'editors to settle',
+      30_000,
+    );
+    // Settled, then caught up with the last broadcasts: every editor at the stored version.
+    const stored = (await store.load(docId))!;
+    await waitConverged(editors, () => stored.version);
+    const doc = reconstruct(stored);
+    for (const editor of editors) {
+      assert.ok(editor.state!.doc.eq(doc), `${editor.clientID} equals the stored document`);
     }
+    for (const batch of acked) assert.ok(batch.version <= stored.version);
+    assert.ok(acked.some((batch) => batch.clientID.startsWith('via-a')));
+    assert.ok(acked.some((batch) => batch.clientID.startsWith('via-b')));
+    // The leases kept the writers apart: the journal's compare-and-set never had to.
+    assert.doesNotMatch(a.output() + b.output(), /journal conflict/);
   });
 });

@@ -147,7 +147,7 @@ describe('a Redis that goes back to an older state', () => {
     });
   });
 
-  it('reloads a client that comes back ahead of a server that lost its steps', async () => {
+  it('reloads a client that comes back ahead of a server that lost its steps', async (t) => {
     const client = redis();
     await client.connect();
     let server = await startServer({}, new RedisStore({ url: redisUrl, keyPrefix }));
@@ -155,57 +155,56 @@ describe('a Redis that goes back to an older state', () => {
     const docId = `ahead-${randomUUID()}`;
     const reloads: string[] = [];
     let editor: CollabClient | null = null;
-    try {
-      editor = openEditor(server.url, docId, {
-        onReload: ({ reason }) => reloads.push(reason),
-      });
-      await editor.ready();
-      const type = (what: string): void => {
-        const state = editor!.state!;
-        const tr = state.tr.setSelection(TextSelection.create(state.doc, 1));
-        editor!.dispatch(tr.insertText(what));
-      };
-      type('a');
-      await editor.settled();
-      const older = await dumpDocument(client, docId);
-      type('b');
-      await editor.settled();
-      assert.equal(editor.acknowledgedVersion, 2);
-      const epoch = editor.epoch;
-
-      // The server stops (its snapshot holds "ba"), Redis goes back to "a", and a new process
-      // serves the document: it cannot know what was lost.
-      await server.close();
-      await restoreDocument(client, docId, older);
-      server = await startServer({ port }, new RedisStore({ url: redisUrl, keyPrefix }));
-      await waitFor(() => reloads.length > 0, 'the editor to reload', 15_000);
-      await waitFor(() => editor!.status === 'synced', 'the editor to sync', 15_000);
-      assert.equal(editor.epoch, epoch, 'the server does not know another epoch');
-      assert.equal(editor.version, 1);
-      assert.equal(editor.state!.doc.textContent, 'a');
-      // "b" is not durable any more: the client must not say it is.
-      assert.equal(editor.acknowledgedVersion, 1);
-      assert.equal(reloads[0], "the document's history was reset");
-      // And it edits on from the server's document, not from one the server never had.
-      type('c');
-      await editor.settled();
-      const served = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
-        version: number;
-        doc: DocJSON;
-      };
-      assert.equal(served.version, 2);
-      assert.equal(editor.state!.doc.textContent, text(served.doc));
-      assert.equal(text(served.doc), 'ca');
-    } finally {
+    t.after(async () => {
       editor?.close();
       await server.close();
       await client.close();
-    }
+    });
+    editor = openEditor(server.url, docId, {
+      onReload: ({ reason }) => reloads.push(reason),
+    });
+    await editor.ready();
+    const type = (what: string): void => {
+      const state = editor!.state!;
+      const tr = state.tr.setSelection(TextSelection.create(state.doc, 1));
+      editor!.dispatch(tr.insertText(what));
+    };
+    type('a');
+    await editor.settled();
+    const older = await dumpDocument(client, docId);
+    type('b');
+    await editor.settled();
+    assert.equal(editor.acknowledgedVersion, 2);
+    const epoch = editor.epoch;
+
+    // The server stops (its snapshot holds "ba"), Redis goes back to "a", and a new process
+    // serves the document: it cannot know what was lost.
+    await server.close();
+    await restoreDocument(client, docId, older);
+    server = await startServer({ port }, new RedisStore({ url: redisUrl, keyPrefix }));
+    await waitFor(() => reloads.length > 0, 'the editor to reload', 15_000);
+    await waitFor(() => editor!.status === 'synced', 'the editor to sync', 15_000);
+    assert.equal(editor.epoch, epoch, 'the server does not know another epoch');
+    assert.equal(editor.version, 1);
+    assert.equal(editor.state!.doc.textContent, 'a');
+    // "b" is not durable any more: the client must not say it is.
+    assert.equal(editor.acknowledgedVersion, 1);
+    assert.equal(reloads[0], "the document's history was reset");
+    // And it edits on from the server's document, not from one the server never had.
+    type('c');
+    await editor.settled();
+    const served = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+      version: number;
+      doc: DocJSON;
+    };
+    assert.equal(served.version, 2);
+    assert.equal(editor.state!.doc.textContent, text(served.doc));
+    assert.equal(text(served.doc), 'ca');
   });
 });
 
 describe('a Redis that goes back to an older state, then a lost acknowledgement', () => {
-  it('does not apply twice a batch whose acknowledgement was lost after the client reloaded the older history', async () => {
+  it('does not apply twice a batch whose acknowledgement was lost after the client reloaded the older history', async (t) => {
     const client = redis();
     await client.connect();
     // Rooms unload 50 ms after their last editor: the rejoin below is answered with the whole
@@ -224,51 +223,50 @@ describe('a Redis that goes back to an older state, then a lost acknowledgement'
       reconnectJitter: 0,
       onReload: ({ reason }) => reloads.push(reason),
     });
-    try {
-      await editor.ready();
-      const type = (what: string): void => {
-        const state = editor.state!;
-        editor.dispatch(state.tr.insertText(what, state.doc.content.size - 1));
-      };
-      type('a');
-      await editor.settled();
-      const older = await dumpDocument(client, docId);
-      type('b');
-      await editor.settled();
-
-      // Redis goes back to "a" while no process serves the document: the editor comes back
-      // ahead of the server, in the same epoch, and reloads "a" (version 1).
-      await server.close();
-      await restoreDocument(client, docId, older);
-      server = await startServer(
-        { port, idleUnloadMs: 50 },
-        new RedisStore({ url: redisUrl, keyPrefix }),
-      );
-      await waitFor(
-        () => reloads.length === 1 && editor.status === 'synced',
-        'the editor to reload',
-        15_000,
-      );
-      assert.equal(editor.state!.doc.textContent, 'a');
-
-      // "c" goes out and lands as version 2, but the connection drops before its broadcast
-      // and acknowledgement come back; the room unloads before the editor returns.
-      type('c');
-      editor.socket.io.engine.close();
-      await waitFor(() => editor.reconnects >= 2 && reloads.length === 2, 'the rejoin', 15_000);
-      await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'settled', 15_000);
-      const served = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
-        version: number;
-        doc: DocJSON;
-      };
-      assert.equal(text(served.doc), 'ac', '"c" once on the server');
-      assert.equal(editor.state!.doc.textContent, 'ac', '"c" once in the editor');
-      assert.equal(editor.version, served.version);
-    } finally {
+    t.after(async () => {
       editor.close();
       await server.close();
       await client.close();
-    }
+    });
+    await editor.ready();
+    const type = (what: string): void => {
+      const state = editor.state!;
+      editor.dispatch(state.tr.insertText(what, state.doc.content.size - 1));
+    };
+    type('a');
+    await editor.settled();
+    const older = await dumpDocument(client, docId);
+    type('b');
+    await editor.settled();
+
+    // Redis goes back to "a" while no process serves the document: the editor comes back
+    // ahead of the server, in the same epoch, and reloads "a" (version 1).
+    await server.close();
+    await restoreDocument(client, docId, older);
+    server = await startServer(
+      { port, idleUnloadMs: 50 },
+      new RedisStore({ url: redisUrl, keyPrefix }),
+    );
+    await waitFor(
+      () => reloads.length === 1 && editor.status === 'synced',
+      'the editor to reload',
+      15_000,
+    );
+    assert.equal(editor.state!.doc.textContent, 'a');
+
+    // "c" goes out and lands as version 2, but the connection drops before its broadcast
+    // and acknowledgement come back; the room unloads before the editor returns.
+    type('c');
+    editor.socket.io.engine.close();
+    await waitFor(() => editor.reconnects >= 2 && reloads.length === 2, 'the rejoin', 15_000);
+    await waitFor(() => editor.status === 'synced' && !editor.hasUnconfirmed, 'settled', 15_000);
+    const served = (await (await fetch(`${server.url}/docs/${docId}`)).json()) as {
+      version: number;
+      doc: DocJSON;
+    };
+    assert.equal(text(served.doc), 'ac', '"c" once on the server');
+    assert.equal(editor.state!.doc.textContent, 'ac', '"c" once in the editor');
+    assert.equal(editor.version, served.version);
   });
 });
 
@@ -547,7 +545,7 @@ describe('a Redis that goes back to an older state, with leases', () => {
     );
   });
 
-  it('keeps its copy through an outage longer than the lease, and repairs a Redis that came back empty', async () => {
+  it('keeps its copy through an outage longer than the lease, and repairs a Redis that came back empty', async (t) => {
     const redisProcess = new RedisProcess();
     await redisProcess.start();
     const store = new RedisStore({
@@ -559,33 +557,32 @@ describe('a Redis that goes back to an older state, with leases', () => {
     await store.ready();
     const { rooms, evicted } = leasedRooms(store, 1500);
     const docId = `outage-${randomUUID()}`;
-    try {
-      const room = (await rooms.get(docId, true))!;
-      const epoch = room.epoch;
-      assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
-      assert.deepEqual(await send(room, 'p', 'b'), { ok: true, version: 2 });
-      // Redis gone for longer than the lease; it comes back without the document (it kept
-      // nothing on disk: the extreme of an older file).
-      await redisProcess.kill();
-      // The editors go at once (another node may serve them); the copy stays.
-      await waitFor(() => evicted.length > 0, 'the editors sent away', 10_000);
-      assert.deepEqual(evicted, ['moved']);
-      assert.equal(room.state, 'closed');
-      await delay(600);
-      assert.equal(rooms.peek(docId), room, 'the copy is kept while the store cannot be read');
-      await redisProcess.start();
-      await waitFor(() => rooms.peek(docId) === undefined, 'the repair', 15_000);
-      assert.deepEqual(evicted, ['moved', 'stale']);
-      const stored = await store.load(docId);
-      assert.ok(stored?.snapshot);
-      assert.notEqual(stored.epoch, epoch);
-      assert.equal(stored.version, 2);
-      assert.equal(schema.nodeFromJSON(stored.snapshot.doc).textContent, 'ba');
-    } finally {
+    t.after(async () => {
       rooms.closeAll();
       await store.close();
       await redisProcess.kill();
-    }
+    });
+    const room = (await rooms.get(docId, true))!;
+    const epoch = room.epoch;
+    assert.deepEqual(await send(room, 'p', 'a'), { ok: true, version: 1 });
+    assert.deepEqual(await send(room, 'p', 'b'), { ok: true, version: 2 });
+    // Redis gone for longer than the lease; it comes back without the document (it kept
+    // nothing on disk: the extreme of an older file).
+    await redisProcess.kill();
+    // The editors go at once (another node may serve them); the copy stays.
+    await waitFor(() => evicted.length > 0, 'the editors sent away', 10_000);
+    assert.deepEqual(evicted, ['moved']);
+    assert.equal(room.state, 'closed');
+    await delay(600);
+    assert.equal(rooms.peek(docId), room, 'the copy is kept while the store cannot be read');
+    await redisProcess.start();
+    await waitFor(() => rooms.peek(docId) === undefined, 'the repair', 15_000);
+    assert.deepEqual(evicted, ['moved', 'stale']);
+    const stored = await store.load(docId);
+    assert.ok(stored?.snapshot);
+    assert.notEqual(stored.epoch, epoch);
+    assert.equal(stored.version, 2);
+    assert.equal(schema.nodeFromJSON(stored.snapshot.doc).textContent, 'ba');
   });
 
   it('repairs it when the lease renewal is the first to find the lease gone', async () => {
