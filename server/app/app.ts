@@ -51,8 +51,7 @@ export function createScriptorium(
   deps: { store: Store; log: Logger; metrics?: MetricsRecorder },
 ): Scriptorium {
   const { store, log } = deps;
-  const { metricsEnabled, nodeId, allowedOrigins, metricsToken, metricsDocIds } =
-    config;
+  const { metricsEnabled, nodeId, allowedOrigins, metricsToken, metricsDocIds } = config;
   // Everything but the process's own settings is a limit of the collab.
   const limits = limitsOf(config);
   const verifier = verifierFor(config);
