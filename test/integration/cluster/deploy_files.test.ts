@@ -25,7 +25,7 @@ import { ask } from '../../support/socket.js';
 // that exist; the gateway's rendered config is accepted by the real nginx.
 
 const run = promisify(execFile);
-const root = fileURLToPath(new URL('../../../', import.meta.url));
+const root = fileURLToPath(new URL('../../../../', import.meta.url));
 
 type Doc = Record<string, unknown>;
 const load = async (file: string): Promise<Doc> =>

@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 // what the `exports` map and `files` list ship.
 
 const run = promisify(execFile);
-const root = fileURLToPath(new URL('../../../', import.meta.url));
+const root = fileURLToPath(new URL('../../../../', import.meta.url));
 const fixtures = join(root, 'test', 'fixtures', 'pack-host');
 
 /// Starts `node <script> ...args` in `cwd`; resolves with the child and a reader of its stdout

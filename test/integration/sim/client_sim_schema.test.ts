@@ -13,7 +13,7 @@ import { createCollab, type Collab } from '../../../server/index.js';
 // simulated editors make their edits in the host's schema, and every document converges.
 
 const run = promisify(execFile);
-const root = fileURLToPath(new URL('../../../', import.meta.url));
+const root = fileURLToPath(new URL('../../../../', import.meta.url));
 const schemaModule = 'test/fixtures/sim-schema.mjs';
 
 describe('client-sim --schema', () => {
