@@ -66,9 +66,29 @@ function parseEnv(name: string, field: keyof Config, raw: string): unknown {
   }
 }
 
+/// Names a setting in a message: by its environment variable when the config came from one,
+/// by its field otherwise (see `loadConfig`).
+type SettingName = (field: keyof Config) => string;
+
 /// Throws `ConfigError` for the first setting `config` cannot run with; `name` gives the name
-/// a message calls a setting by.
-function validate(config: Config, name: (field: keyof Config) => string): void {
+/// a message calls a setting by. The checks run in this order, one concern each.
+function validate(config: Config, name: SettingName): void {
+  const redis = config.redisUrl !== null || config.redisClusterNodes.length > 0;
+  checkRanges(config, name);
+  checkHost(config);
+  checkRedis(config, name, redis);
+  checkNodeId(config, name);
+  checkAuth(config, name);
+  checkNodeEnv(config);
+  checkHttp(config, name);
+  checkStore(config, name, redis);
+  checkLogging(config, name);
+  checkTrustProxy(config, name);
+  checkCrossLimits(config, name, redis);
+}
+
+/// Every numeric setting is a whole number inside its row's range.
+function checkRanges(config: Config, name: SettingName): void {
   for (const [field, { range }] of settingRows) {
     if (range === null) continue;
     const [min, max] = range;
@@ -79,12 +99,22 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
       );
     }
   }
+}
+
+/// HOST is an IP address or an RFC 1123 host name.
+function checkHost(config: Config): void {
   if (
     typeof config.host !== 'string' ||
     (isIP(config.host) === 0 && !hostNamePattern.test(config.host))
   ) {
     throw new ConfigError(`HOST must be an IP address or a host name, got "${config.host}"`);
   }
+}
+
+/// The Redis URLs are ones node-redis reads as one server (a cluster's without a database),
+/// one Redis or a cluster but not both, replicas asked for only with Redis, and a key prefix
+/// that leaves the document id's hash tag in place. `redis` is whether either is set.
+function checkRedis(config: Config, name: SettingName, redis: boolean): void {
   if (config.redisUrl !== null) checkRedisUrl(config.redisUrl);
   for (const node of config.redisClusterNodes) {
     checkRedisUrl(node, name('redisClusterNodes'));
@@ -100,7 +130,6 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
       'REDIS_URL contradicts REDIS_CLUSTER_NODES: one Redis or a Redis Cluster. Unset one of them',
     );
   }
-  const redis = config.redisUrl !== null || config.redisClusterNodes.length > 0;
   if (config.redisMinReplicasAcked > 0 && !redis) {
     throw new ConfigError(
       `${name('redisMinReplicasAcked')} needs REDIS_URL or REDIS_CLUSTER_NODES: the file store has no replicas`,
@@ -115,11 +144,20 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
       `${name('redisKeyPrefix')} must be 1–64 characters of A-Z a-z 0-9 . _ : -, got "${config.redisKeyPrefix}"`,
     );
   }
+}
+
+/// NODE_ID is 1–64 characters safe in a lease holder's name.
+function checkNodeId(config: Config, name: SettingName): void {
   if (typeof config.nodeId !== 'string' || !/^[A-Za-z0-9._-]{1,64}$/.test(config.nodeId)) {
     throw new ConfigError(
       `${name('nodeId')} must be 1–64 characters of A-Z a-z 0-9 . _ -, got "${config.nodeId}"`,
     );
   }
+}
+
+/// The secrets (AUTH_*, METRICS_TOKEN) are non-empty and long enough, the public key is one
+/// the verifier can use, and AUTH and the claims agree with the keys given.
+function checkAuth(config: Config, name: SettingName): void {
   for (const field of [
     'authSecret',
     'authPublicKey',
@@ -168,6 +206,11 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
   if (!keyed && (config.authAudience !== null || config.authIssuer !== null)) {
     throw new ConfigError('AUTH_AUDIENCE and AUTH_ISSUER need AUTH_SECRET or AUTH_PUBLIC_KEY');
   }
+}
+
+/// NODE_ENV is a known one, and production runs with keys unless AUTH=off says open.
+function checkNodeEnv(config: Config): void {
+  const keyed = config.authSecret !== null || config.authPublicKey !== null;
   if (!nodeEnvironments.includes(config.nodeEnv)) {
     throw new ConfigError(
       `NODE_ENV must be ${nodeEnvironments.join(', ')} (or unset), got "${config.nodeEnv}"`,
@@ -178,9 +221,17 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
       'NODE_ENV=production needs AUTH_SECRET (or AUTH_PUBLIC_KEY): without them anyone can read and write every document. Set AUTH=off to run open on purpose.',
     );
   }
+}
+
+/// ALLOWED_ORIGINS is a list.
+function checkHttp(config: Config, name: SettingName): void {
   if (!Array.isArray(config.allowedOrigins)) {
     throw new ConfigError(`${name('allowedOrigins')} must be a list of origins`);
   }
+}
+
+/// DATA_DIR is a path and STORE a known value that does not contradict Redis.
+function checkStore(config: Config, name: SettingName, redis: boolean): void {
   if (typeof config.dataDir !== 'string' || config.dataDir === '') {
     throw new ConfigError(`${name('dataDir')} must be a directory path`);
   }
@@ -194,12 +245,20 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
       'STORE=memory contradicts REDIS_URL: documents would be kept in memory only and lost at exit. Unset one of them',
     );
   }
+}
+
+/// LOG_LEVEL is pino's, and the metrics switch a boolean.
+function checkLogging(config: Config, name: SettingName): void {
   if (!logLevels.has(config.logLevel)) {
     throw new ConfigError(`LOG_LEVEL must be one of ${[...logLevels].join(', ')}`);
   }
   if (typeof config.metricsEnabled !== 'boolean') {
     throw new ConfigError(`${name('metricsEnabled')} must be true or false`);
   }
+}
+
+/// TRUST_PROXY is a list proxy-addr compiles, and not one that trusts every peer.
+function checkTrustProxy(config: Config, name: SettingName): void {
   if (!Array.isArray(config.trustProxy) || !config.trustProxy.every(isProxyAddress)) {
     throw new ConfigError(
       `${name('trustProxy')} must be a comma list of addresses, CIDR ranges, loopback, linklocal or uniquelocal`,
@@ -219,6 +278,11 @@ function validate(config: Config, name: (field: keyof Config) => string): void {
           : ''),
     );
   }
+}
+
+/// The limits that bound each other: a document fits a socket's buffer, an attribute a
+/// message, a lease renewal the lease, and a whole document the JSON depth gate.
+function checkCrossLimits(config: Config, name: SettingName, redis: boolean): void {
   // A whole document must fit in one socket's buffer (the answer to a join), and its largest
   // attribute in one message.
   if (config.maxSocketBufferBytes < config.maxDocBytes) {
