@@ -83,15 +83,7 @@ export function createScriptorium(
     healthCounts: !metricsToken,
     readGuard: verifier ? documentReadGuard(verifier) : openReadGuard(allowedOrigins),
   });
-  const registry = createMetricsRegistry(metrics);
-  registerDocumentMetrics(registry, collab);
-  // Which node this is, for dashboards over several nodes (each node is scraped on its own).
-  new Gauge({
-    name: 'scriptorium_node_info',
-    help: 'Always 1; its node label is this node (NODE_ID)',
-    labelNames: ['node'],
-    registers: [registry],
-  }).set({ node: nodeId }, 1);
+  const registry = metricsRegistry(metrics, collab, nodeId);
   app.use(
     metricsRouter(metrics, registry, {
       guard: metricsToken ? metricsGuard(metricsToken) : null,
@@ -101,25 +93,9 @@ export function createScriptorium(
   app.use(createWebRouter());
   finishHttpApp(app);
   const http = createServer(app);
-  const io: ScriptoriumServer = new Server(http, {
-    ...collab.socketOptions,
-    // Browsers: only the server's own origin and ALLOWED_ORIGINS may open sockets (and make
-    // cross-origin polling requests); clients without an Origin are not browsers.
-    allowRequest: originCheck(allowedOrigins, verifier === null),
-    ...(allowedOrigins.length > 0 ? { cors: { origin: allowedOrigins } } : {}),
-  });
+  const io = socketServer(http, collab, allowedOrigins, verifier === null);
   collab.attach(io);
-  // One line per window, in the units of /metrics/windows. A throwing logger must not break
-  // the window timer.
-  metrics.onWindow((window) => {
-    // Nothing happened: no line (an idle server's log stays quiet).
-    if (window.batchesReceived === 0) return;
-    try {
-      log.info({ window: redact ? redact(window) : window }, 'metrics window');
-    } catch {
-      // Logging is best effort.
-    }
-  });
+  logWindows(metrics, log, redact);
 
   let closing: Promise<boolean> | null = null;
   return {
@@ -137,30 +113,86 @@ export function createScriptorium(
       });
     },
     close() {
-      closing ??= shutdown();
+      closing ??= shutdown(http, io, collab);
       return closing;
     },
   };
+}
 
-  async function shutdown(): Promise<boolean> {
-    // No new connections from here on; sockets already open stay until the collab sends
-    // them away, after saving.
-    http.close();
-    const saved = await collab.close();
-    // The sockets it sent away close once their last packets (acknowledgements of the
-    // batches it finished, the `closing` notice) are written: `io.close` would discard what
-    // is still queued, and its client would learn only on rejoining that its batch landed. A
-    // moment for them.
-    const drainedBy = performance.now() + 500;
-    while (io.engine.clientsCount > 0 && performance.now() < drainedBy) {
-      await new Promise((resolve) => setTimeout(resolve, 5));
+/// The Prometheus registry for /metrics: the recorder's windows, the document gauges, and
+/// `scriptorium_node_info` naming this node.
+function metricsRegistry(
+  metrics: MetricsRecorder,
+  collab: Collab,
+  nodeId: string,
+): ReturnType<typeof createMetricsRegistry> {
+  const registry = createMetricsRegistry(metrics);
+  registerDocumentMetrics(registry, collab);
+  // Which node this is, for dashboards over several nodes (each node is scraped on its own).
+  new Gauge({
+    name: 'scriptorium_node_info',
+    help: 'Always 1; its node label is this node (NODE_ID)',
+    labelNames: ['node'],
+    registers: [registry],
+  }).set({ node: nodeId }, 1);
+  return registry;
+}
+
+/// The Socket.io server on `http`, with the collab's socket options and the origin check.
+function socketServer(
+  http: HttpServer,
+  collab: Collab,
+  allowedOrigins: Config['allowedOrigins'],
+  open: boolean,
+): ScriptoriumServer {
+  return new Server(http, {
+    ...collab.socketOptions,
+    // Browsers: only the server's own origin and ALLOWED_ORIGINS may open sockets (and make
+    // cross-origin polling requests); clients without an Origin are not browsers.
+    allowRequest: originCheck(allowedOrigins, open),
+    ...(allowedOrigins.length > 0 ? { cors: { origin: allowedOrigins } } : {}),
+  });
+}
+
+/// Logs one line per metrics window, in the units of /metrics/windows, with document ids
+/// redacted when `redact` is given. A throwing logger must not break the window timer.
+function logWindows(
+  metrics: MetricsRecorder,
+  log: Logger,
+  redact: ReturnType<typeof docIdRedactor> | null,
+): void {
+  metrics.onWindow((window) => {
+    // Nothing happened: no line (an idle server's log stays quiet).
+    if (window.batchesReceived === 0) return;
+    try {
+      log.info({ window: redact ? redact(window) : window }, 'metrics window');
+    } catch {
+      // Logging is best effort.
     }
-    // The engine's own sockets (handshakes in progress, other namespaces): bounded by the
-    // same timeout as the rest, which `collab.close` has mostly used.
-    await Promise.race([
-      new Promise<void>((resolve) => io.close(() => resolve())),
-      new Promise<void>((resolve) => setTimeout(resolve, 1000).unref()),
-    ]);
-    return saved;
+  });
+}
+
+/// Stops accepting connections, closes the collab (which saves and sends editors away), gives
+/// the sent-away sockets a moment to flush, then closes Socket.io. Resolves with whether the
+/// collab saved everything in time.
+async function shutdown(http: HttpServer, io: ScriptoriumServer, collab: Collab): Promise<boolean> {
+  // No new connections from here on; sockets already open stay until the collab sends
+  // them away, after saving.
+  http.close();
+  const saved = await collab.close();
+  // The sockets it sent away close once their last packets (acknowledgements of the
+  // batches it finished, the `closing` notice) are written: `io.close` would discard what
+  // is still queued, and its client would learn only on rejoining that its batch landed. A
+  // moment for them.
+  const drainedBy = performance.now() + 500;
+  while (io.engine.clientsCount > 0 && performance.now() < drainedBy) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
   }
+  // The engine's own sockets (handshakes in progress, other namespaces): bounded by the
+  // same timeout as the rest, which `collab.close` has mostly used.
+  await Promise.race([
+    new Promise<void>((resolve) => io.close(() => resolve())),
+    new Promise<void>((resolve) => setTimeout(resolve, 1000).unref()),
+  ]);
+  return saved;
 }
