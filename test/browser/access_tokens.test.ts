@@ -68,12 +68,11 @@ describe('tokens in the fragment, in a browser', () => {
 
   it('offline work outlives an expired token: the page says so, and a fresh link in the tab sends it', async () => {
     const docId = 'fragment-expiry';
-    const token = await signToken(secret, {
-      user: 'ann',
-      doc: docId,
-      access: 'write',
-      ttlSeconds: 3,
-    });
+    // Long enough for the page to load and sync on a loaded machine; the test waits for the
+    // expiry itself, not a fixed time.
+    const ttlSeconds = 10;
+    const expiresAt = Date.now() + ttlSeconds * 1000;
+    const token = await signToken(secret, { user: 'ann', doc: docId, access: 'write', ttlSeconds });
     const editor = await page();
     editor.on('pageerror', (err) => {
       throw new Error(`the page threw: ${err.message}`);
@@ -92,7 +91,9 @@ describe('tokens in the fragment, in a browser', () => {
     await editor.evaluate(() => window.__scriptorium!.client.socket.io.engine.close());
     await status('offline');
     await editor.keyboard.type('Offline work.');
-    await new Promise((resolve) => setTimeout(resolve, 3_500));
+    await new Promise((resolve) =>
+      setTimeout(resolve, Math.max(0, expiresAt - Date.now()) + 1_500),
+    );
 
     // Back online, the token in the address has expired: the page keeps the work and says how
     // to send it, and that reloading would lose it.
