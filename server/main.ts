@@ -98,6 +98,32 @@ function redisWhere(): string {
     : config.redisClusterNodes.map(redactUrl).join(',');
 }
 
+/// Stops the process for Redis's refusal of the configured credentials or database number: a
+/// configuration error, which no retry mends.
+async function refuseRedisUrl(store: RedisStore, refused: string): Promise<never> {
+  await store.close().catch(() => {});
+  const setting = config.redisClusterNodes.length > 0 ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL';
+  const what = /^ERR DB index/.test(refused) ? 'database number' : 'credentials';
+  console.error(`scriptorium: ${setting}: Redis refused its ${what} (${refused.split('\n')[0]})`);
+  process.exit(1);
+}
+
+/// Until Redis first answers, looks once a second for its refusal of the URL: a refusal that
+/// comes after the start-up wait (a slow Redis, a loaded machine) stops the process as one
+/// within it does, instead of leaving it running and never ready.
+async function watchForRefusal(store: RedisStore): Promise<void> {
+  while (!stopping) {
+    try {
+      await store.ready(1_000);
+      return;
+    } catch {
+      // Not connected yet.
+    }
+    const refused = store.urlRefused;
+    if (refused !== null && !stopping) await refuseRedisUrl(store, refused);
+  }
+}
+
 async function openStore(): Promise<Store> {
   if (config.store === 'memory') {
     log.info('store: memory (documents are lost when the process exits)');
@@ -127,16 +153,10 @@ async function openStore(): Promise<Store> {
     // errors, which no retry mends: stop, as for a bad setting, rather than start and stay not
     // ready for good.
     const refused = answered || startupStop !== null ? null : store.urlRefused;
-    if (refused !== null) {
-      await store.close().catch(() => {});
-      const what = /^ERR DB index/.test(refused) ? 'database number' : 'credentials';
-      console.error(
-        `scriptorium: ${cluster ? 'REDIS_CLUSTER_NODES' : 'REDIS_URL'}: Redis refused its ${what} (${refused.split('\n')[0]})`,
-      );
-      process.exit(1);
-    }
+    if (refused !== null) await refuseRedisUrl(store, refused);
     if (!answered && startupStop === null) {
       log.warn({ url: redisWhere() }, 'Redis does not answer yet; retrying in the background');
+      void watchForRefusal(store);
     }
     log.info(
       { url: redisWhere(), minReplicasAcked: config.redisMinReplicasAcked },
