@@ -24,7 +24,9 @@ export async function startServer(
   store: Store = new MemoryStore(),
   metrics?: MetricsRecorder,
 ): Promise<TestServer> {
-  const config = loadConfig({ host: '127.0.0.1', port: 0, ...overrides });
+  // A test of behaviour must not turn on how fast a loaded machine applies a batch: the
+  // apply-time backstop (`maxApplyMs`) has tests of its own, which set it.
+  const config = loadConfig({ host: '127.0.0.1', port: 0, maxApplyMs: 1_000, ...overrides });
   const log = pino({ level: process.env['TEST_LOG_LEVEL'] ?? 'silent' });
   const app = createScriptorium(config, metrics ? { store, log, metrics } : { store, log });
   const server = Object.assign(app, { rooms: roomsOf(app.collab) });
