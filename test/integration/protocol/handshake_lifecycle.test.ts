@@ -354,9 +354,11 @@ describe('handshakes and what they hold', () => {
       });
       try {
         await waitFor(() => gaps.length >= 4, 'four renewals', 10_000);
-        // Each token is taken (the join succeeds), so each renewal starts over: the old client
-        // waited 300, 600, 1200 ms... more each time, since only an accepted batch reset it.
-        for (const gap of gaps.slice(1)) assert.ok(gap < 250, `gaps ${gaps.join(', ')} ms`);
+        // Each token is taken (the join succeeds), so each renewal starts over at 100 ms. A
+        // client whose wait grew would take 200, then 300 ms (the cap) each time: at most one of
+        // the renewals after the first within 250 ms. One slow gap on a loaded machine is noise.
+        const quick = gaps.slice(1, 4).filter((gap) => gap < 250).length;
+        assert.ok(quick >= 2, `gaps ${gaps.join(', ')} ms`);
       } finally {
         reader.close();
       }
