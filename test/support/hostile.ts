@@ -20,6 +20,11 @@ export const noAdmissionLimits: Partial<Config> = {
   maxDocumentsPerUser: 0,
   newDocumentsPerMinute: 0,
   maxProtocolErrors: 1_000_000,
+  handshakesPerMinute: 0,
+  framesPerSecond: 0,
+  frameBytesPerSecond: 0,
+  addressFramesPerSecond: 0,
+  addressFrameBytesPerSecond: 0,
 };
 
 /// The same as environment variables, for servers run as child processes.
@@ -31,6 +36,11 @@ export const noAdmissionEnv: Record<string, string> = {
   MAX_DOCUMENTS_PER_USER: '0',
   NEW_DOCUMENTS_PER_MINUTE: '0',
   MAX_PROTOCOL_ERRORS: '1000000',
+  HANDSHAKES_PER_MINUTE: '0',
+  FRAMES_PER_SECOND: '0',
+  FRAME_BYTES_PER_SECOND: '0',
+  ADDRESS_FRAMES_PER_SECOND: '0',
+  ADDRESS_FRAME_BYTES_PER_SECOND: '0',
 };
 
 /// A JSON value nested `depth` levels deep (arrays, or objects under `key`), built without
