@@ -61,6 +61,11 @@ export function connectionsPerAddress(maxConnectionsPerIp: number): number {
 /// connection never came (a websocket upgrade the client dropped) is given back after this.
 const pendingForgetMs = 10_000;
 
+/// How often, and how far apart, a connection still open past the handshake timeout is looked
+/// at again for Socket.io's close (see `connected`).
+const closeLooks = 5;
+const closeLookMs = 100;
+
 /// What each Engine.IO connection may cost before the protocol sees anything of it. Counted
 /// from its first request, whether or not it ever connects a Socket.io namespace: its place
 /// under `connectionsPerAddress` (by the address `address` names, the same as the protocol's
@@ -190,13 +195,22 @@ export class EngineGuard {
       this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
       this.total++;
     }
+    let timer = setTimeout(() => finishClose(0), this.limits.handshakeTimeoutMs + 1);
     // Socket.io closes a connection that connected no namespace in `handshakeTimeoutMs`
-    // (`connectTimeout`, set by the collab), but a polling transport then waits for the
-    // client's next request to say so, up to Engine.IO's 30 s `closeTimeout`: one whose client
-    // never polls again is closed here without waiting.
-    const timer = setTimeout(() => {
-      if (conn.readyState === 'closing') conn.transport?.shouldClose?.();
-    }, this.limits.handshakeTimeoutMs + 1);
+    // (`connectTimeout`, set by the collab), but Engine.IO then waits for the client: a polling
+    // transport for its next request, up to the 30 s `closeTimeout`, and a connection with
+    // packets still buffered for the transport to drain first. One whose client never asks
+    // again is closed here without waiting. Still open: Socket.io's timer has not run yet (a
+    // loaded loop) or a namespace was connected; looked at again a few times, then left alone.
+    const finishClose = (looks: number): void => {
+      if (conn.readyState === 'closing') {
+        const shouldClose = conn.transport?.shouldClose;
+        if (shouldClose) shouldClose();
+        else conn.close(true);
+      } else if (conn.readyState === 'open' && looks < closeLooks) {
+        timer = setTimeout(() => finishClose(looks + 1), closeLookMs);
+      }
+    };
     conn.once('close', () => {
       clearTimeout(timer);
       this.release(address);

@@ -101,7 +101,16 @@ describe('Engine.IO sessions', () => {
       assert.equal(first.status, 200);
       assert.equal((await pollingHandshake(server.url)).status, 200, 'the headroom');
       assert.equal((await pollingHandshake(server.url)).status, 403, 'the address is full');
-      await waitFor(() => server.server.io.engine.clientsCount === 0, 'the session to close');
+      const engine = server.server.io.engine as unknown as {
+        clientsCount: number;
+        clients: Record<string, { readyState: string; transport: { name: string } }>;
+      };
+      await waitFor(() => engine.clientsCount === 0, 'the session to close').catch((error) => {
+        const left = Object.entries(engine.clients).map(
+          ([sid, conn]) => `${sid}: ${conn.readyState} (${conn.transport.name})`,
+        );
+        throw new Error(`${(error as Error).message}; still open: ${left.join(', ')}`);
+      });
       assert.equal(await poll(server.url, first.sid!), 400, 'the session is gone');
       const again = await pollingHandshake(server.url);
       assert.equal(again.status, 200, 'its place is free again');
