@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -9,6 +11,7 @@ import {
   ProbeCpuSamples,
 } from '../client-sim/server_process.js';
 import { fixed, measuredRun, median } from './measured_run.js';
+import { curveOf, curveSvg, curveTable, type PeerRun } from './peers/curve.js';
 import { runYjsSwarm } from './peers/yjs_swarm.js';
 
 // `npm run bench:peers`: Scriptorium and Hocuspocus side by side under the same load, one
@@ -44,18 +47,11 @@ const usage = `Usage: npm run bench:peers -- [options]
   --rate R            edits per second per editor (default 5)
   --seed N            simulator seed (default 1)
   --env KEY=VALUE     extra environment for the Scriptorium server (repeatable)
+  --curve A,B,...     run both servers at each of these editor counts (replaces --editors) and
+                      print the curve: CPU per edit, client p50/p99 and edits/s for both with
+                      the ratios, and each server's capacity at client p99 < 100 ms
+  --svg PATH          where --curve draws the curve (default bench-results/peers-curve.svg)
 `;
-
-interface PeerRun {
-  server: 'scriptorium' | 'hocuspocus';
-  editors: number;
-  round: number;
-  editsPerSec: number;
-  cpuUsPerEdit: number | null;
-  p50Ms: number | null;
-  p99Ms: number | null;
-  converged: boolean;
-}
 
 const hocuspocusEntry = fileURLToPath(new URL('./peers/hocuspocus_server.js', import.meta.url));
 
@@ -141,6 +137,8 @@ interface Options {
   rate: number;
   seed: number;
   env: Record<string, string>;
+  curve: boolean;
+  svg: string;
 }
 
 function parseOptions(): Options {
@@ -153,6 +151,8 @@ function parseOptions(): Options {
       rate: { type: 'string', default: '5' },
       seed: { type: 'string', default: '1' },
       env: { type: 'string', multiple: true, default: [] },
+      curve: { type: 'string' },
+      svg: { type: 'string', default: 'bench-results/peers-curve.svg' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -171,13 +171,15 @@ function parseOptions(): Options {
   if (warmup % 10 !== 0) throw new Error(`--warmup takes a multiple of 10 s, got ${warmup}`);
   const env = parseEnvPairs(values.env, '--env');
   return {
-    editors: values.editors.split(',').map((text) => positive('editors', text)),
+    editors: (values.curve ?? values.editors).split(',').map((text) => positive('editors', text)),
     rounds: positive('rounds', values.rounds),
     duration: positive('duration', values.duration, warmup + 10),
     warmup,
     rate: Number(values.rate) > 0 ? Number(values.rate) : positive('rate', values.rate),
     seed: positive('seed', values.seed, 0),
     env,
+    curve: values.curve !== undefined,
+    svg: values.svg,
   };
 }
 
@@ -245,9 +247,15 @@ async function main(): Promise<void> {
     );
   }
   const cpu = cpus();
-  console.log(
-    `\n${options.rounds} alternating rounds; ${options.duration} s of editing per run, the first ${options.warmup} s left out; ${options.rate} edits/s per editor; ${cpu.length} × ${cpu[0]?.model ?? 'cpu'}, Node ${process.version}.`,
-  );
+  const caption = `${options.rounds} alternating rounds; ${options.duration} s of editing per run, the first ${options.warmup} s left out; ${options.rate} edits/s per editor; ${cpu.length} × ${cpu[0]?.model ?? 'cpu'}, Node ${process.version}.`;
+  console.log(`\n${caption}`);
+  if (options.curve) {
+    const curve = curveOf(runs, options.editors);
+    console.log(['', ...curveTable(curve)].join('\n'));
+    mkdirSync(dirname(options.svg), { recursive: true });
+    writeFileSync(options.svg, curveSvg(curve, caption));
+    console.log(`\nCurve drawn in ${options.svg}`);
+  }
   const diverged = runs.filter((run) => !run.converged);
   if (diverged.length > 0) {
     console.error(`${diverged.length} run(s) did not converge`);
