@@ -42,6 +42,8 @@ export interface CollabParts {
   readonly namespaces: ScriptoriumNamespace[];
   readonly stops: (() => void)[];
   readonly state: { draining: boolean };
+  /// The wall clock of the history (`CollabOptions.clock`).
+  readonly clock: () => number;
   /// Connected editors over every attached namespace.
   editors(): number;
 }
@@ -69,7 +71,7 @@ export function buildParts(options: CollabOptions, checked: CheckedOptions): Col
     transport: roomTransport(namespaces),
     observer,
     log,
-    options: { ...config, schemaVersion },
+    options: { ...config, schemaVersion, clock: options.clock ?? Date.now },
     hooks: roomHooks(options, log),
     // A new holder per process: a new process of the same node (a deploy) takes documents
     // over from the old one like any other node would.
@@ -106,6 +108,7 @@ export function buildParts(options: CollabOptions, checked: CheckedOptions): Col
     namespaces,
     stops: [],
     state: { draining: false },
+    clock: options.clock ?? Date.now,
     editors,
   };
 }

@@ -17,7 +17,13 @@ import {
   resetScript,
   snapshotScript,
 } from './redis_scripts.js';
-import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
+import {
+  entriesAfter,
+  entryEnd,
+  entryOf,
+  parseJournalEntry,
+  parseSnapshot,
+} from './journal_entry.js';
 import type {
   AppendOutcome,
   AppendRequest,
@@ -222,11 +228,7 @@ export class RedisStore implements Store {
 
   async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
     const keys = docKeys(this.keyPrefix, docId);
-    const entry: JournalEntry = {
-      baseVersion: request.baseVersion,
-      steps: request.steps,
-      clientIDs: request.clientIDs,
-    };
+    const entry = entryOf(request);
     const end = entryEnd(entry);
     const reply = await this.connection.run(
       scripts.append,
