@@ -68,8 +68,10 @@ export class HistoryApi {
     private readonly token: (() => string) | null,
   ) {}
 
-  history(gapMs: number): Promise<HistoryPage> {
-    return this.call('GET', `history?gapMs=${gapMs}`);
+  /// Up to `limit` sessions, newest first, those before version `before` when given.
+  history(gapMs: number, limit: number, before?: number): Promise<HistoryPage> {
+    const page = before === undefined ? '' : `&before=${before}`;
+    return this.call('GET', `history?gapMs=${gapMs}&limit=${limit}${page}`);
   }
 
   /// The document at `version`, as JSON (`Node.toJSON`).

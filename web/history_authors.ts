@@ -12,8 +12,12 @@ export class AuthorColours {
   private readonly byUser = new Map<string, string>();
 
   /// `present` answers the presence colours of the editors here now, by client id (this
-  /// page's own included).
-  constructor(private readonly present: () => ReadonlyMap<string, string>) {}
+  /// page's own included); `self` this page's user (its token's subject, null without one) and
+  /// colour.
+  constructor(
+    private readonly present: () => ReadonlyMap<string, string>,
+    private readonly self: () => { user: string | null; colour: string },
+  ) {}
 
   /// Learns the colours of the users whose spans were written by editors present now.
   learn(spans: readonly Span[]): void {
@@ -34,10 +38,25 @@ export class AuthorColours {
 
   /// The colour of `user` (a token's subject).
   ofUser(user: string): string {
+    const self = this.self();
+    if (user === self.user && presenceColorPattern.test(self.colour)) return self.colour;
     const known = this.byUser.get(user);
     if (known !== undefined && presenceColorPattern.test(known)) return known;
     let hash = 0;
     for (let i = 0; i < user.length; i++) hash = (hash * 31 + user.charCodeAt(i)) >>> 0;
     return fallback[hash % fallback.length]!;
+  }
+}
+
+/// The subject (`sub`) of a JWT, read without checking it: only to know which of the
+/// timeline's users this page is. Null for a token that is not a JWT (a host's opaque one).
+export function tokenSubject(token: string): string | null {
+  try {
+    const payload = token.split('.')[1] ?? '';
+    const json = atob(payload.replace(/-/g, '+').replace(/_/g, '/'));
+    const sub: unknown = (JSON.parse(json) as Record<string, unknown>)['sub'];
+    return typeof sub === 'string' ? sub : null;
+  } catch {
+    return null;
   }
 }

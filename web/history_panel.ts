@@ -2,6 +2,9 @@ import type { HistoryApi, HistoryEntry, HistoryPage } from './history_api.js';
 import type { AuthorColours } from './history_authors.js';
 import type { VersionView } from './history_view.js';
 
+/// How many sessions the timeline loads at a time.
+const pageSize = 50;
+
 /// Where the History panel draws itself, all in index.html.
 export interface HistoryElements {
   /// The top bar's button that opens and closes the panel.
@@ -9,6 +12,8 @@ export interface HistoryElements {
   /// The timeline's column (shown in place of the people list) and its list of sessions.
   panel: HTMLElement;
   entries: HTMLElement;
+  /// Loads the page of sessions before the oldest shown.
+  older: HTMLButtonElement;
   /// How long a pause splits two sessions, in milliseconds (the `gapMs` asked for).
   gap: HTMLSelectElement;
   /// The selected version's column (shown in place of the live editor), with its actions.
@@ -41,6 +46,7 @@ export class HistoryPanel {
   ) {
     el.toggle.addEventListener('click', () => this.setOpen(el.panel.hidden));
     el.gap.addEventListener('change', () => void this.refresh());
+    el.older.addEventListener('click', () => void this.loadOlder());
     el.name.addEventListener('click', () => void this.act(() => this.nameSelected()));
     el.restore.addEventListener('click', () => void this.act(() => this.restoreSelected()));
     el.revert.addEventListener('click', () => void this.act(() => this.revertSelected()));
@@ -65,14 +71,37 @@ export class HistoryPanel {
   /// Reloads the timeline, keeping the selected session selected when it is still there.
   async refresh(): Promise<void> {
     try {
-      this.page = await this.api.history(Number(this.el.gap.value));
+      this.page = await this.api.history(Number(this.el.gap.value), pageSize);
     } catch (err) {
       return this.say(`The history could not be read: ${(err as Error).message}`);
     }
     const keep = this.selected?.toVersion;
     this.selected = this.page.entries.find((entry) => entry.toVersion === keep) ?? null;
+    this.el.older.hidden = this.page.entries.length < pageSize;
     this.drawEntries();
     this.showActions();
+  }
+
+  /// Adds the page of sessions before the oldest shown.
+  private async loadOlder(): Promise<void> {
+    const oldest = this.page.entries[this.page.entries.length - 1];
+    if (!oldest) return;
+    let older: HistoryPage;
+    try {
+      older = await this.api.history(Number(this.el.gap.value), pageSize, oldest.fromVersion);
+    } catch (err) {
+      return this.say(`The history could not be read: ${(err as Error).message}`);
+    }
+    const known = new Set(this.page.named.map((named) => `${named.version} ${named.name}`));
+    this.page = {
+      entries: [...this.page.entries, ...older.entries],
+      named: [
+        ...this.page.named,
+        ...older.named.filter((named) => !known.has(`${named.version} ${named.name}`)),
+      ],
+    };
+    this.el.older.hidden = older.entries.length < pageSize;
+    this.drawEntries();
   }
 
   private drawEntries(): void {
@@ -221,6 +250,12 @@ export class HistoryPanel {
   }
 }
 
+/// A time of today with its seconds (sessions of one day are often minutes apart); of another
+/// day with its date.
 function formatTime(ms: number): string {
-  return new Date(ms).toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
+  const date = new Date(ms);
+  if (date.toDateString() === new Date().toDateString()) {
+    return date.toLocaleTimeString([], { timeStyle: 'medium' });
+  }
+  return date.toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
 }

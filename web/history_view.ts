@@ -3,6 +3,7 @@ import { EditorState } from 'prosemirror-state';
 import { Decoration, DecorationSet, EditorView } from 'prosemirror-view';
 import type { AttributedChange, Span } from './history_api.js';
 import type { AuthorColours } from './history_authors.js';
+import { linkView } from './link_view.js';
 
 /// What a shown version is: its document, the one it is compared with (null when that could
 /// not be read: deleted text is then marked without its words), and the changes between them.
@@ -41,6 +42,9 @@ export class VersionView {
       state,
       editable: () => false,
       decorations: () => decorations,
+      // Links drawn as the live editor draws them (an address that is not a web or mail one
+      // is not followed).
+      markViews: { link: linkView },
     });
   }
 

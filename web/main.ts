@@ -2,10 +2,10 @@ import { remoteCursors } from '../client/index.js';
 import { docIdPattern } from '../schema/protocol.js';
 import { openEditor, type Editor } from './editor.js';
 import { HistoryApi } from './history_api.js';
-import { AuthorColours } from './history_authors.js';
+import { AuthorColours, tokenSubject } from './history_authors.js';
 import { HistoryPanel } from './history_panel.js';
 import { VersionView } from './history_view.js';
-import { loadIdentity, saveIdentity, type Identity } from './identity.js';
+import { loadIdentity, saveIdentity } from './identity.js';
 
 declare global {
   interface Window {
@@ -45,7 +45,10 @@ function main(): void {
     token,
   );
   window.__scriptorium = editor;
-  historyPanel(new HistoryApi(docId, token), editor, () => identity);
+  historyPanel(new HistoryApi(docId, token), editor, () => ({
+    user: token ? tokenSubject(token()) : null,
+    colour: identity.color,
+  }));
   // Unsent changes live only in this tab: closing or reloading it would lose them (an offline
   // stretch, a server refusing this editor for good). The browser asks first; its own wording,
   // since browsers no longer show a page's.
@@ -70,21 +73,26 @@ function main(): void {
 }
 
 /// The History panel, its colours those of the editors present (this page's own included).
-function historyPanel(api: HistoryApi, editor: Editor, self: () => Identity): HistoryPanel {
+function historyPanel(
+  api: HistoryApi,
+  editor: Editor,
+  self: () => { user: string | null; colour: string },
+): HistoryPanel {
   const element = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
   const colours = new AuthorColours(() => {
-    const present = new Map([[editor.client.clientID, self().color]]);
+    const present = new Map([[editor.client.clientID, self().colour]]);
     const state = editor.client.state;
     if (state)
       for (const cursor of remoteCursors(state)) present.set(cursor.clientID, cursor.color);
     return present;
-  });
+  }, self);
   return new HistoryPanel(
     api,
     {
       toggle: element('history-toggle'),
       panel: element('history-panel'),
       entries: element('history-entries'),
+      older: element('history-older'),
       gap: element('history-gap'),
       view: element('history-view'),
       title: element('history-title'),
