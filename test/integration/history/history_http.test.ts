@@ -289,3 +289,48 @@ describe('history routes in open mode', () => {
     assert.equal(await text(server, 'open-history'), 'Hi');
   });
 });
+
+describe('history routes past retention', () => {
+  let server: TestServer;
+  before(async () => {
+    // A snapshot every 5 steps archives the history it replaces in segments.
+    server = await startServer({ authSecret: secret, snapshotEverySteps: 5 });
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it('answers 410 history-gone for a version whose segment retention removed', async () => {
+    const docId = 'history-gone';
+    const reader = await token('ann', docId, 'write');
+    const head = await type(server, docId, 'ann', 'Twenty characters!!!');
+    const archive = server.store.archive!;
+    let bases: number[] = [];
+    for (let tries = 0; tries < 200 && bases.length < 2; tries++) {
+      bases = await archive.bases(docId);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.ok(bases.length >= 2, `archived segments: ${bases.join(', ')}`);
+    // What retention does to old steps, through the store's own interface: the oldest segment
+    // goes, its versions with it.
+    const { generation } = await archive.stats(docId);
+    const windows = await archive.windows(docId);
+    assert.ok(await archive.rewrite(docId, generation, { remove: [bases[0]!], add: [], windows }));
+
+    const d = `/docs/${docId}`;
+    for (const path of [`${d}/versions/1`, `${d}/changes?from=1&to=${head}`]) {
+      const gone = await call(server, 'GET', path, { token: reader });
+      assert.equal(gone.status, 410, path);
+      assert.equal(gone.body['code'], 'history-gone', path);
+    }
+    const restore = await call(server, 'POST', `${d}/restore`, {
+      token: reader,
+      body: { version: 1 },
+    });
+    assert.equal(restore.status, 410);
+    assert.equal(restore.body['code'], 'history-gone');
+    const kept = await call(server, 'GET', `${d}/versions/${head}`, { token: reader });
+    assert.equal(kept.status, 200);
+    assert.equal(await text(server, docId), 'Twenty characters!!!');
+  });
+});
