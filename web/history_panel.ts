@@ -167,18 +167,20 @@ export class HistoryPanel {
     this.say('');
     const { fromVersion, toVersion } = entry;
     try {
+      // The older version is only for the words of deleted text, and the changes may be gone
+      // where old history was coarsened: the version is shown without them then.
       const [shown, before, diff] = await Promise.all([
         this.api.version(toVersion),
-        // Only for the words of deleted text: without it they are marked, not spelt.
         this.api.version(fromVersion).catch(() => null),
-        this.api.changes(fromVersion, toVersion),
+        this.api.changes(fromVersion, toVersion).catch((err: Error) => err),
       ]);
       if (selection !== this.selection) return;
       this.version.show({
         doc: this.version.parse(shown.doc),
         before: before ? this.version.parse(before.doc) : null,
-        changes: diff.changes,
+        changes: diff instanceof Error ? [] : diff.changes,
       });
+      if (diff instanceof Error) this.say(`Its changes cannot be shown: ${diff.message}`);
       // The colours learnt from the changes, on the timeline's dots too.
       this.drawEntries();
     } catch (err) {
