@@ -32,7 +32,7 @@ after(async () => {
 /// A store kind: how to open it (again, on the same data).
 interface Kind {
   name: string;
-  open(): Promise<() => Store>;
+  open(): Promise<() => Promise<Store>>;
 }
 
 const kinds: Kind[] = [
@@ -40,7 +40,7 @@ const kinds: Kind[] = [
     name: 'memory',
     async open() {
       const store = new MemoryStore();
-      return () => store;
+      return async () => store;
     },
   },
   {
@@ -48,13 +48,17 @@ const kinds: Kind[] = [
     async open() {
       const dir = await mkdtemp(join(tmpdir(), 'scriptorium-history-'));
       dirs.push(dir);
-      return () => new FileStore({ dataDir: dir });
+      return async () => new FileStore({ dataDir: dir });
     },
   },
   {
     name: 'redis',
     async open() {
-      return () => new RedisStore({ url: redisUrl, keyPrefix });
+      return async () => {
+        const store = new RedisStore({ url: redisUrl, keyPrefix });
+        await store.ready();
+        return store;
+      };
     },
   },
 ];
@@ -116,7 +120,7 @@ for (const kind of kinds) {
       const reopen = await kind.open();
       const clock = testClock();
       const docId = `hist-${kind.name}-${Date.now()}`;
-      let store = reopen();
+      let store = await reopen();
       let collab = collabOn(store, clock.now);
       const docs = await typeInto(collab, docId, 30, clock, ['ann', 'bob']);
       clock.advance(60 * 60_000);
@@ -154,7 +158,7 @@ for (const kind of kinds) {
       await assert.rejects(collab.nameVersion(docId, 3, '  ', { user: 'ann' }), CodedError);
       if (kind.name === 'memory') return void (await collab.close());
       await collab.close();
-      store = reopen();
+      store = await reopen();
       collab = collabOn(store, clock.now);
       await check(collab);
       const page = await collab.history(docId);
