@@ -2,7 +2,7 @@
 // 100,000 typing steps by three people (one diff across all of them), and the parts of it:
 // applying the steps alone, and the change set when the newest document is given (as a
 // checkpoint gives it) rather than replayed. Run with
-// `npx tsc -p tsconfig.json && node dist/bench/history-algo.bench.js`.
+// `npx tsc -p tsconfig.json && node dist/bench/history-algo.bench.js [steps] [turnChance]`.
 import { Slice, type Node } from 'prosemirror-model';
 import { ReplaceStep, type Step } from 'prosemirror-transform';
 import { Random } from '../client-sim/random.js';
@@ -12,6 +12,9 @@ import type { HistoryStep } from '../server/history/types.js';
 
 const stepCount = Number(process.argv[2] ?? 100_000);
 const runs = 5;
+/// The chance, at each keystroke, that the next one is by a writer picked at random: 1 has
+/// them interleave keystroke by keystroke, the worst case for merging.
+const turnChance = Number(process.argv[3] ?? 0.05);
 
 /// `count` steps as people type: each of three writers has a cursor in the document and
 /// types a character at it, now and then presses Backspace, Enter, or moves elsewhere.
@@ -21,8 +24,10 @@ function typingHistory(base: Node, count: number): { steps: HistoryStep[]; head:
   const cursors = [2, 2, 2];
   const steps: HistoryStep[] = [];
   let doc = base;
+  let w = 0;
   for (let i = 0; i < count; i++) {
-    const w = random.int(0, 2);
+    // Writers take turns in bursts (a word or a sentence each), as people do.
+    if (random.chance(turnChance)) w = random.int(0, 2);
     let cursor = Math.min(cursors[w]!, doc.content.size - 1);
     let $pos = doc.resolve(cursor);
     if (!$pos.parent.inlineContent || random.chance(0.001)) {
@@ -87,7 +92,9 @@ for (let r = 0; r < runs; r++) {
   attributedChanges(base, steps, head);
   headTimes.push(performance.now() - h0);
 }
-console.log(`node ${process.version}, ${steps.length} steps, ${head.content.size} positions`);
+console.log(
+  `node ${process.version}, ${steps.length} steps, ${head.content.size} positions, turn chance ${turnChance}`,
+);
 console.log('| measure | median (ms) |');
 console.log('|---|---|');
 console.log(`| apply the steps alone | ${median(applyTimes).toFixed(1)} |`);

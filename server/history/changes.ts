@@ -63,7 +63,8 @@ export function attributedChanges(
     }
     const map = entry.step.getMap();
     const author: Author = { user: entry.user, clientID: entry.clientID, at: entry.at };
-    if (isEmpty(map)) {
+    const ranges = rangeCount(map);
+    if (ranges === 0) {
       let range = touched(entry.step);
       if (range === undefined) {
         // A step of a kind this does not know, which moves nothing: what it touched is found
@@ -78,10 +79,9 @@ export function attributedChanges(
         formatted = true;
       }
     } else {
-      maps.push(map);
-      authors.push(author);
-      formatMaps.push(map);
-      formatters.push(null);
+      const only = ranges === 1 ? firstRange(map) : null;
+      addMap(maps, authors, map, only, author);
+      addMap(formatMaps, formatters, map, only, null);
     }
     if (doc) doc = after;
   }
@@ -135,10 +135,66 @@ function owners(changes: readonly Change<Author | null>[]): Owner[] {
   return out;
 }
 
-function isEmpty(map: StepMap): boolean {
-  let empty = true;
-  map.forEach(() => (empty = false));
-  return empty;
+/// Appends `map` by `author`, or, when it continues the previous map's insertion (typing on at
+/// the end of what the same author just typed), widens that one instead. The change set would
+/// merge the two into the same change and span; doing it here spares it most of its merging
+/// on a history of typing. `only` is the map's range when it has just one.
+function addMap<T extends Author | null>(
+  maps: StepMap[],
+  data: T[],
+  map: StepMap,
+  only: Range | null,
+  author: T,
+): void {
+  const last = maps.length - 1;
+  if (only && only.oldSize === 0 && last >= 0 && sameAuthor(data[last]!, author)) {
+    const previous = rangeCount(maps[last]!) === 1 ? firstRange(maps[last]!) : null;
+    if (previous && only.start === previous.start + previous.newSize) {
+      maps[last] = new StepMap([previous.start, previous.oldSize, previous.newSize + only.newSize]);
+      data[last] = author;
+      return;
+    }
+  }
+  maps.push(map);
+  data.push(author);
+}
+
+function sameAuthor(a: Author | null, b: Author | null): boolean {
+  return a === b || (a !== null && b !== null && a.user === b.user && a.clientID === b.clientID);
+}
+
+/// One range of a step map: where it starts, how much it replaced and by how much.
+interface Range {
+  start: number;
+  oldSize: number;
+  newSize: number;
+}
+
+// StepMap keeps its ranges private; forEach is the public way to them. One reused callback
+// state, not a closure per step: this runs once or twice per step of the history.
+let counted = 0;
+const found: Range = { start: 0, oldSize: 0, newSize: 0 };
+function count(): void {
+  counted++;
+}
+function first(oldStart: number, oldEnd: number, newStart: number, newEnd: number): void {
+  if (counted++ > 0) return;
+  found.start = oldStart;
+  found.oldSize = oldEnd - oldStart;
+  found.newSize = newEnd - newStart;
+}
+
+function rangeCount(map: StepMap): number {
+  counted = 0;
+  map.forEach(count);
+  return counted;
+}
+
+/// The map's first range (a copy).
+function firstRange(map: StepMap): Range {
+  counted = 0;
+  map.forEach(first);
+  return { start: found.start, oldSize: found.oldSize, newSize: found.newSize };
 }
 
 /// Spans join when the same user on the same client made them; the joined span keeps the
