@@ -170,3 +170,39 @@ for (const kind of kinds) {
     });
   });
 }
+
+describe('history edits through the room', () => {
+  it('answers attributed changes, restores an old version and reverts one user', async () => {
+    const clock = testClock();
+    const collab = collabOn(new MemoryStore(), clock.now);
+    const docId = 'hist-edits';
+    const docs = await typeInto(collab, docId, 20, clock, ['ann', 'bob']);
+    const { changes } = await collab.changes(docId, 0, 20);
+    const typed = new Map<string | null, number>();
+    for (const change of changes)
+      for (const span of change.inserted)
+        typed.set(span.user, (typed.get(span.user) ?? 0) + span.length);
+    // 20 steps, 10 each; the new paragraph (2 positions) is one of ann's first ten.
+    assert.deepEqual([...typed.keys()].sort(), ['ann', 'bob']);
+    const restored = await collab.restore(docId, 7, { user: 'ann' });
+    assert.ok(restored > 20);
+    assert.ok((await collab.document(docId))!.doc.eq(docs[7]!));
+    const history = await collab.history(docId);
+    assert.equal(history.entries[0]!.toVersion, restored);
+    // bob wrote versions 5..10 and 15..20, all gone with the restore to 7 but 5..7.
+    const reverted = await collab.revert(
+      docId,
+      { user: 'bob', fromVersion: 0, toVersion: 10 },
+      {
+        by: 'ann',
+      },
+    );
+    assert.ok(reverted.reverted > 0);
+    assert.ok(!(await collab.document(docId))!.doc.textContent.includes('fg'));
+    await assert.rejects(
+      collab.revert(docId, { user: 'bob', fromVersion: 5, toVersion: 999 }, { by: 'ann' }),
+      (err: unknown) => err instanceof CodedError && err.code === 'bad-request',
+    );
+    await collab.close();
+  });
+});
