@@ -1,6 +1,15 @@
 import type { Fragment, Mark, Node } from 'prosemirror-model';
 import { ChangeSet, type Change, type TokenEncoder } from 'prosemirror-changeset';
-import type { StepMap } from 'prosemirror-transform';
+import {
+  AddMarkStep,
+  AddNodeMarkStep,
+  AttrStep,
+  DocAttrStep,
+  RemoveMarkStep,
+  RemoveNodeMarkStep,
+  StepMap,
+  type Step,
+} from 'prosemirror-transform';
 import type { AttributedChange, HistoryStep, Span } from './types.js';
 
 // The attributed difference between two versions: prosemirror-changeset over the steps' maps
@@ -14,11 +23,10 @@ interface Author {
   at: number;
 }
 
-/// A formatting step's reach: the range it changed, in the coordinates of the document after
-/// the step until `toB` is mapped forward to the newest document, and its author.
-interface Formatting {
-  fromB: number;
-  toB: number;
+/// A stretch of the newer document and the step that last formatted it.
+interface Owner {
+  from: number;
+  to: number;
   author: Author;
 }
 
@@ -28,51 +36,165 @@ interface Formatting {
 /// text by different authors stays apart. Formatting (marks, node attributes) shows as a
 /// change whose deleted and inserted spans are the same length and name the step that last
 /// formatted it; text typed in the range keeps its typist. The result is plain JSON.
-/// Throws a RangeError when a step does not apply: the history handed in is corrupt.
-export function attributedChanges(base: Node, steps: readonly HistoryStep[]): AttributedChange[] {
+///
+/// `head`, the document after `steps`, spares replaying them when the caller has it (a
+/// checkpoint); it is trusted. Without it, throws a RangeError when a step does not apply: the
+/// history handed in is corrupt.
+export function attributedChanges(
+  base: Node,
+  steps: readonly HistoryStep[],
+  head?: Node,
+): AttributedChange[] {
   const maps: StepMap[] = [];
   const authors: Author[] = [];
-  const formatting: Formatting[] = [];
-  let doc = base;
+  // The same maps, each formatting step as a map that replaces the range it touched by as
+  // much: a change set over these tells who formatted each stretch last.
+  const formatMaps: StepMap[] = [];
+  const formatters: (Author | null)[] = [];
+  let formatted = false;
+  let doc: Node | null = head ? null : base;
   for (let i = 0; i < steps.length; i++) {
     const entry = steps[i]!;
-    const result = entry.step.apply(doc);
-    if (!result.doc) throw new RangeError(`history step ${i} does not apply: ${result.failed}`);
+    let after: Node | null = null;
+    if (doc) {
+      const result = entry.step.apply(doc);
+      if (!result.doc) throw new RangeError(`history step ${i} does not apply: ${result.failed}`);
+      after = result.doc;
+    }
     const map = entry.step.getMap();
     const author: Author = { user: entry.user, clientID: entry.clientID, at: entry.at };
-    if (isEmpty(map)) {
-      // A mark or attribute step: no position moves, so what it touched is found by comparing
-      // the documents, which share every untouched node (findDiffStart skips them by identity).
-      const start = doc.content.findDiffStart(result.doc.content);
-      if (start !== null) {
-        const end = doc.content.findDiffEnd(result.doc.content)!;
-        formatting.push({ fromB: start, toB: Math.max(start, end.b), author });
+    const ranges = rangeCount(map);
+    if (ranges === 0) {
+      let range = touched(entry.step);
+      if (range === undefined) {
+        // A step of a kind this does not know, which moves nothing: what it touched is found
+        // by comparing the documents around it, so they are needed.
+        if (!doc) return attributedChanges(base, steps);
+        range = differingRange(doc, after!);
+      }
+      if (range) {
+        const size = range.to - range.from;
+        formatMaps.push(new StepMap([range.from, size, size]));
+        formatters.push(author);
+        formatted = true;
       }
     } else {
-      for (let f = 0; f < formatting.length; f++) {
-        const range = formatting[f]!;
-        range.fromB = map.map(range.fromB, 1);
-        range.toB = Math.max(range.fromB, map.map(range.toB, -1));
-      }
-      maps.push(map);
-      authors.push(author);
+      const only = ranges === 1 ? firstRange(map) : null;
+      addMap(maps, authors, map, only, author);
+      addMap(formatMaps, formatters, map, only, null);
     }
-    doc = result.doc;
+    if (doc) doc = after;
   }
-  const set = ChangeSet.create<Author | null>(base, combineAuthors, encoder).addSteps(
-    doc,
-    maps,
-    authors,
+  const last = head ?? doc!;
+  const text = ChangeSet.create<Author | null>(base, combineAuthors, encoder)
+    .addSteps(last, maps, authors)
+    .changes.map(toJSON);
+  if (!formatted) return text;
+  const formatting = ChangeSet.create<Author | null>(base, combineAuthors, encoder).addSteps(
+    last,
+    formatMaps,
+    formatters,
   );
-  const text = set.changes.map(toJSON);
-  if (formatting.length === 0) return text;
-  return withFormatting(text, formatting, base, doc);
+  return withFormatting(text, owners(formatting.changes), base, last);
 }
 
-function isEmpty(map: StepMap): boolean {
-  let empty = true;
-  map.forEach(() => (empty = false));
-  return empty;
+/// The range a step that moves no position changed, for the kinds prosemirror-transform
+/// defines: null for none (a document attribute), undefined for a kind it does not know.
+function touched(step: Step): { from: number; to: number } | null | undefined {
+  if (step instanceof AddMarkStep || step instanceof RemoveMarkStep) {
+    return step.from < step.to ? { from: step.from, to: step.to } : null;
+  }
+  if (step instanceof AttrStep) return { from: step.pos, to: step.pos + 1 };
+  if (step instanceof AddNodeMarkStep || step instanceof RemoveNodeMarkStep) {
+    return { from: step.pos, to: step.pos + 1 };
+  }
+  if (step instanceof DocAttrStep) return null;
+  return undefined;
+}
+
+/// The range where `before` and `after`, documents of the same size, differ; null if nowhere.
+/// They share every untouched node, which findDiffStart skips by identity.
+function differingRange(before: Node, after: Node): { from: number; to: number } | null {
+  const start = before.content.findDiffStart(after.content);
+  if (start === null) return null;
+  const end = before.content.findDiffEnd(after.content)!;
+  return { from: start, to: Math.max(start, end.b) };
+}
+
+/// The stretches of the newer document whose formatting a step owns (the last to format it
+/// and not retyped since), in order: the inserted spans the formatting change set attributes.
+function owners(changes: readonly Change<Author | null>[]): Owner[] {
+  const out: Owner[] = [];
+  for (const change of changes) {
+    let pos = change.fromB;
+    for (const span of change.inserted) {
+      if (span.data) out.push({ from: pos, to: pos + span.length, author: span.data });
+      pos += span.length;
+    }
+  }
+  return out;
+}
+
+/// Appends `map` by `author`, or, when it continues the previous map's insertion (typing on at
+/// the end of what the same author just typed), widens that one instead. The change set would
+/// merge the two into the same change and span; doing it here spares it most of its merging
+/// on a history of typing. `only` is the map's range when it has just one.
+function addMap<T extends Author | null>(
+  maps: StepMap[],
+  data: T[],
+  map: StepMap,
+  only: Range | null,
+  author: T,
+): void {
+  const last = maps.length - 1;
+  if (only && only.oldSize === 0 && last >= 0 && sameAuthor(data[last]!, author)) {
+    const previous = rangeCount(maps[last]!) === 1 ? firstRange(maps[last]!) : null;
+    if (previous && only.start === previous.start + previous.newSize) {
+      maps[last] = new StepMap([previous.start, previous.oldSize, previous.newSize + only.newSize]);
+      data[last] = author;
+      return;
+    }
+  }
+  maps.push(map);
+  data.push(author);
+}
+
+function sameAuthor(a: Author | null, b: Author | null): boolean {
+  return a === b || (a !== null && b !== null && a.user === b.user && a.clientID === b.clientID);
+}
+
+/// One range of a step map: where it starts, how much it replaced and by how much.
+interface Range {
+  start: number;
+  oldSize: number;
+  newSize: number;
+}
+
+// StepMap keeps its ranges private; forEach is the public way to them. One reused callback
+// state, not a closure per step: this runs once or twice per step of the history.
+let counted = 0;
+const found: Range = { start: 0, oldSize: 0, newSize: 0 };
+function count(): void {
+  counted++;
+}
+function first(oldStart: number, oldEnd: number, newStart: number, newEnd: number): void {
+  if (counted++ > 0) return;
+  found.start = oldStart;
+  found.oldSize = oldEnd - oldStart;
+  found.newSize = newEnd - newStart;
+}
+
+function rangeCount(map: StepMap): number {
+  counted = 0;
+  map.forEach(count);
+  return counted;
+}
+
+/// The map's first range (a copy).
+function firstRange(map: StepMap): Range {
+  counted = 0;
+  map.forEach(first);
+  return { start: found.start, oldSize: found.oldSize, newSize: found.newSize };
 }
 
 /// Spans join when the same user on the same client made them; the joined span keeps the
@@ -136,11 +258,10 @@ function nodeKey(node: Node): string {
 /// narrowed to the tokens that differ, attributed to the latest step covering them.
 function withFormatting(
   text: AttributedChange[],
-  formatting: Formatting[],
+  owners: Owner[],
   a: Node,
   b: Node,
 ): AttributedChange[] {
-  const owners = latestOwners(formatting, b.content.size);
   const out: AttributedChange[] = [];
   let next = 0;
   for (let i = 0; i <= text.length; i++) {
@@ -158,39 +279,6 @@ function withFormatting(
     if (i < text.length) out.push(text[i]!);
   }
   return out;
-}
-
-/// Splits the formatting ranges into disjoint pieces, each owned by the latest step covering
-/// it, in document order.
-function latestOwners(
-  formatting: Formatting[],
-  size: number,
-): { from: number; to: number; author: Author }[] {
-  const points = new Set<number>();
-  for (const range of formatting) {
-    if (range.fromB >= range.toB) continue;
-    points.add(Math.min(range.fromB, size));
-    points.add(Math.min(range.toB, size));
-  }
-  const sorted = [...points].sort((x, y) => x - y);
-  const owners: { from: number; to: number; author: Author }[] = [];
-  for (let p = 0; p + 1 < sorted.length; p++) {
-    const from = sorted[p]!;
-    const to = sorted[p + 1]!;
-    let author: Author | null = null;
-    for (let f = formatting.length - 1; f >= 0; f--) {
-      const range = formatting[f]!;
-      if (range.fromB <= from && range.toB >= to) {
-        author = range.author;
-        break;
-      }
-    }
-    if (!author) continue;
-    const last = owners[owners.length - 1];
-    if (last && last.to === from && last.author === author) last.to = to;
-    else owners.push({ from, to, author });
-  }
-  return owners;
 }
 
 /// Pushes onto `out` one change per run of tokens that differ between `a` at `fromA` and `b`

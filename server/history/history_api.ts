@@ -6,6 +6,8 @@ import type { Rooms } from '../rooms/registry.js';
 import type { Room } from '../rooms/room.js';
 import type { Store } from '../stores/store.js';
 import { attributedChanges } from './changes.js';
+import { restoreSteps } from './restore.js';
+import { revertUser } from './revert.js';
 import { historyPage, type PageRequest } from './sessions.js';
 import { checkVersion, gone, readStretch } from './timeline.js';
 import type { ChangesResult, HistoryPage, NamedVersion, RevertResult } from './types.js';
@@ -13,20 +15,6 @@ import type { ChangesResult, HistoryPage, NamedVersion, RevertResult } from './t
 // The history methods of `createCollab`'s result. Reads go to the store (any node can serve
 // them); writes (restore, revert) go through the document's room on this node, as an
 // editor's batch does: journaled, broadcast, acknowledged, `onAccepted`.
-
-// Until server/history/restore.ts and revert.ts land.
-const pendingAlgo = {
-  restoreSteps(_current: Node, _target: Node): Step[] {
-    throw new CodedError('internal', 'restore is not available yet');
-  },
-  revertUser(
-    _base: Node,
-    _steps: readonly unknown[],
-    _select: { user: string; from: number; to: number },
-  ): { steps: Step[]; reverted: number; skipped: number } {
-    throw new CodedError('internal', 'revert is not available yet');
-  },
-};
 
 /// The client id the history's own edits (restore, revert) are journaled under.
 export const historyClientID = 'scriptorium:history';
@@ -103,7 +91,7 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
       // Against the newest document, in one synchronous step with the hand-over to the room:
       // nothing can be applied in between, so the steps never need rebasing.
       const current = room.current();
-      const steps = pendingAlgo.restoreSteps(current.doc, target.doc);
+      const steps = restoreSteps(current.doc, target.doc);
       if (steps.length === 0) return room.publishedVersion;
       return submit(room, current.version, steps, options.user ?? null);
     },
@@ -120,7 +108,7 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
       if (to < from) throw new CodedError('bad-request', `version ${to} is before ${from}`);
       const stretch = await readStretch(store, schema, docId, from, null);
       const room = await writableRoom(deps, docId);
-      const outcome = pendingAlgo.revertUser(stretch.doc, stretch.steps, {
+      const outcome = revertUser(stretch.doc, stretch.steps, {
         user: select.user,
         from: 0,
         to: to - from,

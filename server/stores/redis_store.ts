@@ -1,3 +1,4 @@
+import { RedisArchive } from './redis_archive.js';
 import { docKeys, nodeKey } from './redis_keys.js';
 import {
   RedisConnection,
@@ -111,6 +112,7 @@ export class RedisStore implements Store {
   private readonly keyPrefix: string;
   private readonly minReplicasAcked: number;
   private readonly replicaAckTimeoutMs: number;
+  readonly archive: RedisArchive;
 
   constructor(options: RedisStoreOptions) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 2000;
@@ -131,6 +133,7 @@ export class RedisStore implements Store {
       pingIntervalMs: options.pingIntervalMs ?? 1000,
       logger: options.logger ?? null,
     });
+    this.archive = new RedisArchive(this.connection, this.keyPrefix);
   }
 
   /// Resolves once the client is connected (on a cluster: has learnt the slots); rejects with
@@ -259,7 +262,7 @@ export class RedisStore implements Store {
     const keys = docKeys(this.keyPrefix, docId);
     const reply = await this.connection.run(
       scripts.snapshot,
-      [keys.meta, keys.journal, keys.snapshot, keys.lease],
+      [keys.meta, keys.journal, keys.snapshot, keys.lease, keys.history, keys.historyMeta],
       [snapshot.epoch, String(snapshot.version), JSON.stringify(snapshot), lease ?? ''],
     );
     if (reply === 'ok') {

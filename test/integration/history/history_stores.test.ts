@@ -32,7 +32,7 @@ after(async () => {
 /// A store kind: how to open it (again, on the same data).
 interface Kind {
   name: string;
-  open(): Promise<() => Store>;
+  open(): Promise<() => Promise<Store>>;
 }
 
 const kinds: Kind[] = [
@@ -40,7 +40,7 @@ const kinds: Kind[] = [
     name: 'memory',
     async open() {
       const store = new MemoryStore();
-      return () => store;
+      return async () => store;
     },
   },
   {
@@ -48,13 +48,17 @@ const kinds: Kind[] = [
     async open() {
       const dir = await mkdtemp(join(tmpdir(), 'scriptorium-history-'));
       dirs.push(dir);
-      return () => new FileStore({ dataDir: dir });
+      return async () => new FileStore({ dataDir: dir });
     },
   },
   {
     name: 'redis',
     async open() {
-      return () => new RedisStore({ url: redisUrl, keyPrefix });
+      return async () => {
+        const store = new RedisStore({ url: redisUrl, keyPrefix });
+        await store.ready();
+        return store;
+      };
     },
   },
 ];
@@ -116,7 +120,7 @@ for (const kind of kinds) {
       const reopen = await kind.open();
       const clock = testClock();
       const docId = `hist-${kind.name}-${Date.now()}`;
-      let store = reopen();
+      let store = await reopen();
       let collab = collabOn(store, clock.now);
       const docs = await typeInto(collab, docId, 30, clock, ['ann', 'bob']);
       clock.advance(60 * 60_000);
@@ -154,7 +158,7 @@ for (const kind of kinds) {
       await assert.rejects(collab.nameVersion(docId, 3, '  ', { user: 'ann' }), CodedError);
       if (kind.name === 'memory') return void (await collab.close());
       await collab.close();
-      store = reopen();
+      store = await reopen();
       collab = collabOn(store, clock.now);
       await check(collab);
       const page = await collab.history(docId);
@@ -166,3 +170,39 @@ for (const kind of kinds) {
     });
   });
 }
+
+describe('history edits through the room', () => {
+  it('answers attributed changes, restores an old version and reverts one user', async () => {
+    const clock = testClock();
+    const collab = collabOn(new MemoryStore(), clock.now);
+    const docId = 'hist-edits';
+    const docs = await typeInto(collab, docId, 20, clock, ['ann', 'bob']);
+    const { changes } = await collab.changes(docId, 0, 20);
+    const typed = new Map<string | null, number>();
+    for (const change of changes)
+      for (const span of change.inserted)
+        typed.set(span.user, (typed.get(span.user) ?? 0) + span.length);
+    // 20 steps, 10 each; the new paragraph (2 positions) is one of ann's first ten.
+    assert.deepEqual([...typed.keys()].sort(), ['ann', 'bob']);
+    const restored = await collab.restore(docId, 7, { user: 'ann' });
+    assert.ok(restored > 20);
+    assert.ok((await collab.document(docId))!.doc.eq(docs[7]!));
+    const history = await collab.history(docId);
+    assert.equal(history.entries[0]!.toVersion, restored);
+    // bob wrote versions 5..10 and 15..20, all gone with the restore to 7 but 5..7.
+    const reverted = await collab.revert(
+      docId,
+      { user: 'bob', fromVersion: 0, toVersion: 10 },
+      {
+        by: 'ann',
+      },
+    );
+    assert.ok(reverted.reverted > 0);
+    assert.ok(!(await collab.document(docId))!.doc.textContent.includes('fg'));
+    await assert.rejects(
+      collab.revert(docId, { user: 'bob', fromVersion: 5, toVersion: 999 }, { by: 'ann' }),
+      (err: unknown) => err instanceof CodedError && err.code === 'bad-request',
+    );
+    await collab.close();
+  });
+});
