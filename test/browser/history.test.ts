@@ -38,7 +38,15 @@ describe('History panel, in a browser', () => {
 
   async function open(user: string, name: string, color: string): Promise<Page> {
     const token = await signToken(secret, { user, doc: docId, access: 'write', ttlSeconds: 600 });
-    const { page } = await editorPage(browser, name, color);
+    const { context, page } = await editorPage(browser, name, color);
+    // The panel's colours go through the CSSOM: the page's policy must refuse none of them.
+    await context.addInitScript(() => {
+      const seen: string[] = [];
+      (window as unknown as { __violations: string[] }).__violations = seen;
+      document.addEventListener('securitypolicyviolation', (event) =>
+        seen.push(`${event.effectiveDirective} ${event.blockedURI}`),
+      );
+    });
     await page.goto(`${server.url}/d/${docId}#token=${token}`);
     await page.waitForSelector('.ProseMirror[contenteditable="true"]');
     await waitStatus(page, 'synced');
@@ -150,5 +158,9 @@ describe('History panel, in a browser', () => {
     await ann.waitForSelector('#editor .ProseMirror', { state: 'visible' });
     assert.equal(await liveText(ann), 'Ann one. Bob two. ');
     assert.equal(await liveText(bob), 'Ann one. Bob two. ');
+    assert.deepEqual(
+      await ann.evaluate(() => (window as unknown as { __violations: string[] }).__violations),
+      [],
+    );
   });
 });
