@@ -159,8 +159,9 @@ function route(
       await handler(req, res, id);
     } catch (err) {
       if (err instanceof BadInput) return sendError(res, 'bad-request', err.message);
-      const { code, message, retryAfterMs } = err as CodedError;
-      if (!isErrorCode(code)) throw err;
+      const coded = err as Partial<CodedError> | null;
+      if (!coded || !isErrorCode(coded.code)) throw err;
+      const { code, message, retryAfterMs } = coded;
       sendError(res, code, message === code ? undefined : message, retryAfterMs);
     }
   };
