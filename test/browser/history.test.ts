@@ -36,8 +36,13 @@ describe('History panel, in a browser', () => {
     await server?.close();
   });
 
-  async function open(user: string, name: string, color: string): Promise<Page> {
-    const token = await signToken(secret, { user, doc: docId, access: 'write', ttlSeconds: 600 });
+  async function open(
+    user: string,
+    name: string,
+    color: string,
+    access: 'read' | 'write' = 'write',
+  ): Promise<Page> {
+    const token = await signToken(secret, { user, doc: docId, access, ttlSeconds: 600 });
     const { context, page } = await editorPage(browser, name, color);
     // The panel's colours go through the CSSOM: the page's policy must refuse none of them.
     await context.addInitScript(() => {
@@ -162,5 +167,18 @@ describe('History panel, in a browser', () => {
       await ann.evaluate(() => (window as unknown as { __violations: string[] }).__violations),
       [],
     );
+  });
+
+  it('shows a reader the history, and says so when a restore is refused', async () => {
+    // After the first test: the document holds its sessions.
+    const reader = await open('cara', 'Cara', '#3a7d44', 'read');
+    const before = await liveText(reader);
+    await reader.click('#history-toggle');
+    await reader.click('.history-entry >> nth=-1');
+    await reader.waitForSelector('#history-doc .ProseMirror');
+    await reader.click('#history-restore');
+    await reader.waitForSelector('#history-message:has-text("read access only")');
+    await reader.click('#history-toggle');
+    assert.equal(await liveText(reader), before);
   });
 });
