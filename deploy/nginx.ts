@@ -138,7 +138,7 @@ ${trusted.map((proxy) => `  set_real_ip_from ${proxy};`).join('\n')}
 `;
 }
 
-/// The gateway's server block: Socket.io and `GET /docs/:id` to the document's node, metrics
+/// The gateway's server block: Socket.io and `/docs/:id…` to the document's node, metrics
 /// and the dashboard refused, everything else to any node. `forwarded` holds the headers every
 /// proxied location sets.
 function serverBlock(options: GatewayOptions, forwarded: string): string {
@@ -166,8 +166,10 @@ ${forwarded}
     }
 
     # As express matches \`/docs/:id\`: in any letter case, with or without a trailing slash
-    # (the nodes serve \`/Docs/x/\` as \`x\`, which must not go to any node).
-    location ~* ^/docs/([^/]+)/?$ {
+    # (the nodes serve \`/Docs/x/\` as \`x\`, which must not go to any node). The paths under
+    # it (the history routes) go there too: restoring or reverting appends steps, which only
+    # the document's node can, and another would answer \`moved\`.
+    location ~* ^/docs/([^/]+)(/.*)?$ {
       set $scriptorium_doc $1;
       proxy_pass http://scriptorium_documents;
 ${forwarded}

@@ -69,6 +69,9 @@ export interface CollabOptions {
   /// This process's node name, in its document leases (a store shared by several processes,
   /// Redis, gives each document to one of them at a time). The host name by default.
   nodeId?: string;
+  /// The wall clock (ms since the Unix epoch) the history stamps steps and names with, and
+  /// its retention measures age by; `Date.now` when omitted. For tests that move time.
+  clock?: () => number;
 }
 
 /// Where `attach` wires the protocol.
@@ -91,6 +94,7 @@ const optionNames: Record<keyof CollabOptions, true> = {
   logger: true,
   metrics: true,
   nodeId: true,
+  clock: true,
 };
 
 /// What `createCollab`'s options come to once checked: the configuration (limits over the

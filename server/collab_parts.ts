@@ -5,6 +5,7 @@ import { MetricsRecorder } from '../metrics/index.js';
 import type { Config } from './config.js';
 import { roomHooks } from './collab_hooks.js';
 import type { CheckedOptions, CollabOptions } from './collab_options.js';
+import { RetentionRunner } from './history/retention_runner.js';
 import { Rooms } from './rooms/registry.js';
 import type { RoomTransport } from './rooms/room_options.js';
 import { Admission } from './protocol/admission.js';
@@ -42,6 +43,10 @@ export interface CollabParts {
   readonly namespaces: ScriptoriumNamespace[];
   readonly stops: (() => void)[];
   readonly state: { draining: boolean };
+  /// The wall clock of the history (`CollabOptions.clock`).
+  readonly clock: () => number;
+  /// Thins each document's history after its snapshots.
+  readonly retention: RetentionRunner;
   /// Connected editors over every attached namespace.
   editors(): number;
 }
@@ -61,6 +66,15 @@ export function buildParts(options: CollabOptions, checked: CheckedOptions): Col
       { enabled: options.metrics !== false },
       { editors, documents: (): number => rooms.size, logger: log },
     );
+  const clock = options.clock ?? Date.now;
+  const retention = new RetentionRunner({
+    store,
+    schema,
+    schemaVersion,
+    limits: config,
+    clock,
+    log,
+  });
   // Left out entirely when metrics are off, so the hot path skips the call.
   const observer = metrics.config.enabled ? metrics : null;
   const rooms: Rooms = new Rooms({
@@ -69,7 +83,12 @@ export function buildParts(options: CollabOptions, checked: CheckedOptions): Col
     transport: roomTransport(namespaces),
     observer,
     log,
-    options: { ...config, schemaVersion },
+    options: {
+      ...config,
+      schemaVersion,
+      clock,
+      afterSnapshot: (docId) => retention.schedule(docId),
+    },
     hooks: roomHooks(options, log),
     // A new holder per process: a new process of the same node (a deploy) takes documents
     // over from the old one like any other node would.
@@ -106,6 +125,8 @@ export function buildParts(options: CollabOptions, checked: CheckedOptions): Col
     namespaces,
     stops: [],
     state: { draining: false },
+    clock,
+    retention,
     editors,
   };
 }

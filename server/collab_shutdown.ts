@@ -47,6 +47,8 @@ export async function shutdownCollab(parts: CollabParts): Promise<boolean> {
   // Handing the documents to the next node now rather than when their leases expire.
   await inTime(rooms.releaseAll(closedRooms), undefined);
   metrics.stop();
+  // A retention run still reading or rewriting the archive would find the store closed.
+  await inTime(parts.retention.idle(), undefined);
   const closed = await inTime(
     store.close().then(
       () => true,

@@ -12,6 +12,16 @@ export {
   type DocumentEvent,
 } from './collab.js';
 export type { CollabHealth, CollabStats } from './collab_health.js';
+export type {
+  AttributedChange,
+  ChangesResult,
+  HistoryEntry,
+  HistoryPage,
+  HistoryStep,
+  NamedVersion,
+  RevertResult,
+  Span,
+} from './history/types.js';
 export { ConfigError } from './config.js';
 export { defaultLimits } from './settings.js';
 export { CodedError } from './rooms/coded_error.js';
@@ -19,5 +29,15 @@ export type { Authenticate, AuthenticateContext, Identity } from './protocol/soc
 export { MemoryStore } from './stores/memory_store.js';
 export { FileStore } from './stores/file/file_store.js';
 export { RedisStore } from './stores/redis_store.js';
-export type { Store, StoredDocument, Snapshot, JournalEntry } from './stores/store.js';
+export type {
+  ArchiveRewrite,
+  CoarseWindow,
+  HistoryArchive,
+  HistorySegment,
+  JournalEntry,
+  Snapshot,
+  Store,
+  StoredDocument,
+  StoredName,
+} from './stores/store.js';
 export { MetricsRecorder, createMetricsRegistry, type MetricsWindow } from '../metrics/index.js';

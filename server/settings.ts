@@ -172,6 +172,27 @@ export const settings = {
     'limit',
     '…and their bytes of JSON: whichever is reached first cuts the history',
   ),
+  historyRetentionDays: whole(
+    'HISTORY_RETENTION_DAYS',
+    30,
+    [1, 36_500],
+    'limit',
+    'version history keeps every step this many days; older steps are coarsened…',
+  ),
+  historyCoarseMinutes: whole(
+    'HISTORY_COARSE_MINUTES',
+    60,
+    [1, 525_600],
+    'limit',
+    '…to one version per this many minutes of activity (who wrote is kept; named versions always are); versions in between answer `history-gone`',
+  ),
+  historyMaxBytes: whole(
+    'HISTORY_MAX_BYTES',
+    256 * mib,
+    [64 * kib, 1024 * 1024 * mib],
+    'limit',
+    "a document's stored history past this many bytes is coarsened from its oldest end whatever its age, then thinned (`history-gone` there)",
+  ),
   maxStepsPerBatch: whole(
     'MAX_STEPS_PER_BATCH',
     1_000,

@@ -1,5 +1,10 @@
+import { remoteCursors } from '../client/index.js';
 import { docIdPattern } from '../schema/protocol.js';
 import { openEditor, type Editor } from './editor.js';
+import { HistoryApi } from './history_api.js';
+import { AuthorColours, tokenSubject } from './history_authors.js';
+import { HistoryPanel } from './history_panel.js';
+import { VersionView } from './history_view.js';
 import { loadIdentity, saveIdentity } from './identity.js';
 
 declare global {
@@ -26,6 +31,7 @@ function main(): void {
   document.title = `${docId} · Scriptorium`;
 
   let identity = loadIdentity();
+  const token = tokenSource();
   const editor = openEditor(
     location.origin,
     docId,
@@ -36,9 +42,13 @@ function main(): void {
       people: element('people'),
       notice,
     },
-    tokenSource(),
+    token,
   );
   window.__scriptorium = editor;
+  historyPanel(new HistoryApi(docId, token), editor, () => ({
+    user: token ? tokenSubject(token()) : null,
+    colour: identity.color,
+  }));
   // Unsent changes live only in this tab: closing or reloading it would lose them (an offline
   // stretch, a server refusing this editor for good). The browser asks first; its own wording,
   // since browsers no longer show a page's.
@@ -60,6 +70,43 @@ function main(): void {
     saveIdentity(identity);
     editor.setIdentity(identity);
   });
+}
+
+/// The History panel, its colours those of the editors present (this page's own included).
+function historyPanel(
+  api: HistoryApi,
+  editor: Editor,
+  self: () => { user: string | null; colour: string },
+): HistoryPanel {
+  const element = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+  const colours = new AuthorColours(() => {
+    const present = new Map([[editor.client.clientID, self().colour]]);
+    const state = editor.client.state;
+    if (state)
+      for (const cursor of remoteCursors(state)) present.set(cursor.clientID, cursor.color);
+    return present;
+  }, self);
+  return new HistoryPanel(
+    api,
+    {
+      toggle: element('history-toggle'),
+      panel: element('history-panel'),
+      entries: element('history-entries'),
+      older: element('history-older'),
+      gap: element('history-gap'),
+      view: element('history-view'),
+      title: element('history-title'),
+      nameInput: element('history-name-input'),
+      name: element('history-name'),
+      restore: element('history-restore'),
+      revertUser: element('history-revert-user'),
+      revert: element('history-revert'),
+      message: element('history-message'),
+      hidden: [element('editor'), element('people-column')],
+    },
+    new VersionView(element('history-doc'), editor.client.schema, colours),
+    colours,
+  );
 }
 
 /// Where the client gets its token: none without one in the address; otherwise a function,

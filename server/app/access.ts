@@ -4,7 +4,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { MetricsWindow } from '../../metrics/index.js';
 import { docIdPattern } from '../../schema/events.js';
 import { CodedError, type Authenticate } from '../index.js';
-import { createTokenVerifier, type TokenVerifier } from '../protocol/auth.js';
+import { createTokenVerifier, type Access, type TokenVerifier } from '../protocol/auth.js';
 import { hostServed, originAllowed } from '../protocol/origins.js';
 import type { Config } from '../config.js';
 import { sendError } from './http.js';
@@ -38,12 +38,24 @@ export function tokenAuthenticate(verifier: TokenVerifier): Authenticate {
 /// Requires `Authorization: Bearer <token>` with read access to the document of `GET
 /// /docs/:id`: 401 `unauthorized` without a good token, 403 `forbidden` out of its scope.
 export function documentReadGuard(verifier: TokenVerifier): RequestHandler {
+  return documentGuard(verifier, 'read');
+}
+
+/// Requires `Authorization: Bearer <token>` granting `need` on the document of a
+/// `/docs/:id…` route: 401 `unauthorized` without a good token, 403 `forbidden` out of its
+/// scope or with read access where write is needed. Leaves the token's `sub` in
+/// `res.locals.user` for the route (the acting user).
+export function documentGuard(verifier: TokenVerifier, need: Access): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     const id = req.params['id'];
     // The route answers malformed ids itself.
     if (typeof id !== 'string' || !docIdPattern.test(id)) return next();
     verifier.verify(bearer(req), id).then((outcome) => {
-      if (outcome.ok) return next();
+      if (outcome.ok && (need === 'read' || outcome.grant.access === 'write')) {
+        res.locals['user'] = outcome.grant.user;
+        return next();
+      }
+      if (outcome.ok) return sendError(res, 'forbidden', 'This token grants read access only');
       if (outcome.code === 'unauthorized') res.set('WWW-Authenticate', 'Bearer');
       sendError(res, outcome.code, outcome.message);
     }, next);
@@ -99,6 +111,25 @@ export function openReadGuard(allowed: readonly string[]): RequestHandler {
       'forbidden',
       `An open server answers only under a local host name or one of ALLOWED_ORIGINS, not ${host}`,
     );
+  };
+}
+
+/// The write guard of the `/docs/:id…` routes that change a document in open mode: the read
+/// guard's `Host` check, and a browser's request only from an origin that may open sockets
+/// here (`originAllowed`). Together with the JSON body those routes require (which a form or
+/// a plain cross-site `fetch` cannot send without a CORS preflight we never answer), a page
+/// elsewhere cannot make a visitor's browser restore or revert a document. The acting user is
+/// nobody (null).
+export function openWriteGuard(allowed: readonly string[]): RequestHandler {
+  const hostCheck = openReadGuard(allowed);
+  return (req: Request, res: Response, next: NextFunction) => {
+    hostCheck(req, res, () => {
+      if (!originAllowed(req.headers.origin, req.headers.host, allowed, true)) {
+        return sendError(res, 'forbidden', 'Requests from this origin may not change documents');
+      }
+      res.locals['user'] = null;
+      next();
+    });
   };
 }
 

@@ -18,13 +18,16 @@ import { createHttpApp, finishHttpApp } from './http.js';
 import { metricsRouter } from './metrics_http.js';
 import {
   docIdRedactor,
+  documentGuard,
   documentReadGuard,
   openReadGuard,
+  openWriteGuard,
   metricsGuard,
   originCheck,
   tokenAuthenticate,
   verifierFor,
 } from './access.js';
+import { historyRouter } from './history_http.js';
 import { createWebRouter } from './web.js';
 
 /// A running Scriptorium server: HTTP and Socket.io on one port.
@@ -43,8 +46,8 @@ export interface Scriptorium {
 }
 
 /// Builds the server from a validated configuration and its dependencies: an express app
-/// (health, `GET /docs/:id`, metrics, dashboard, the web editor) and Socket.io on one port,
-/// with the protocol from `createCollab`. Nothing listens until `listen()`. `metrics` may be
+/// (health, `GET /docs/:id` and its history routes, metrics, dashboard, the web editor) and
+/// Socket.io on one port, with the protocol from `createCollab`. Nothing listens until `listen()`. `metrics` may be
 /// injected (tests with a fake clock); by default one is made from the configuration.
 export function createScriptorium(
   config: Readonly<Config>,
@@ -83,6 +86,12 @@ export function createScriptorium(
     healthCounts: !metricsToken,
     readGuard: verifier ? documentReadGuard(verifier) : openReadGuard(allowedOrigins),
   });
+  app.use(
+    historyRouter(collab, {
+      read: verifier ? documentGuard(verifier, 'read') : openReadGuard(allowedOrigins),
+      write: verifier ? documentGuard(verifier, 'write') : openWriteGuard(allowedOrigins),
+    }),
+  );
   const registry = metricsRegistry(metrics, collab, nodeId);
   app.use(
     metricsRouter(metrics, registry, {

@@ -39,6 +39,9 @@ const statusOf: Partial<Record<ErrorCode, number>> = {
   moved: 503,
   unauthorized: 401,
   forbidden: 403,
+  'history-gone': 410,
+  'too-large': 413,
+  'too-deep': 413,
 };
 
 /// The security headers of every answer, helmet's defaults with these choices:

@@ -22,25 +22,33 @@ export interface PendingBatch {
   applied: number;
 }
 
-/// The steps of `group`, in order, as one journal entry: each step with its batch's client.
+/// The steps of `group`, in order, as one journal entry: each step with its batch's client
+/// and user (kept by the history).
 export function groupSteps(group: readonly PendingBatch[]): {
   steps: StepJSON[];
   clientIDs: string[];
+  users: (string | null)[];
 } {
   if (group.length === 1) {
-    const steps = group[0]!.steps;
-    return { steps, clientIDs: new Array<string>(steps.length).fill(group[0]!.clientID) };
+    const { steps, clientID, user } = group[0]!;
+    return {
+      steps,
+      clientIDs: new Array<string>(steps.length).fill(clientID),
+      users: new Array<string | null>(steps.length).fill(user),
+    };
   }
   const steps: StepJSON[] = [];
   const clientIDs: string[] = [];
+  const users: (string | null)[] = [];
   for (let i = 0; i < group.length; i++) {
     const batch = group[i]!;
     for (let j = 0; j < batch.steps.length; j++) {
       steps.push(batch.steps[j]!);
       clientIDs.push(batch.clientID);
+      users.push(batch.user);
     }
   }
-  return { steps, clientIDs };
+  return { steps, clientIDs, users };
 }
 
 /// One room's batches between the authority and the journal: those waiting for the next

@@ -375,7 +375,7 @@ export class Room {
     const group = this.queue.takeGroup();
     this.lastFlushAt = performance.now();
     const baseVersion = this.publishedVersion;
-    const { steps, clientIDs } = groupSteps(group);
+    const { steps, clientIDs, users } = groupSteps(group);
     let appended: ReturnType<Store['append']>;
     try {
       appended = this.store.append(this.docId, {
@@ -383,6 +383,8 @@ export class Room {
         baseVersion,
         steps,
         clientIDs,
+        users,
+        at: (this.options.clock ?? Date.now)(),
         ...(this.lease ? { lease: this.lease.token } : {}),
       });
     } catch (err) {

@@ -39,6 +39,12 @@ export interface RoomOptions {
   snapshotEveryMs: number;
   /// Written into every snapshot: the version of the schema its document was made with.
   schemaVersion: number;
+  /// The wall clock (ms since the Unix epoch) stamped on journal entries for the history;
+  /// `Date.now` when absent. Injectable so that tests can move time forward.
+  clock?: () => number;
+  /// Told after each snapshot the store took (not one it found outdated): the archive grew,
+  /// and the history's retention may run.
+  afterSnapshot?: (docId: string) => void;
 }
 
 /// When editors this process stopped serving a document for (`moved`: handed over, its lease

@@ -160,6 +160,7 @@ export class Snapshots {
           this.lastAt = this.deps.now();
           const ms = +(performance.now() - started).toFixed(3);
           log.debug({ doc: docId, version, ms }, 'snapshot written');
+          if (outcome.ok) options.afterSnapshot?.(docId);
           return true;
         }
         // A conflict: the store holds another epoch, or fewer versions than this process

@@ -9,7 +9,7 @@ import type { JournalEntry, Snapshot } from './store.js';
 /// corrupt (or was written by something else), not that the store is unreachable.
 export function parseJournalEntry(raw: unknown): JournalEntry {
   if (typeof raw !== 'object' || raw === null) throw new TypeError('journal entry: not an object');
-  const { baseVersion, steps, clientIDs } = raw as Record<string, unknown>;
+  const { baseVersion, steps, clientIDs, users, at } = raw as Record<string, unknown>;
   if (!Number.isSafeInteger(baseVersion) || (baseVersion as number) < 0)
     throw new TypeError('journal entry: bad baseVersion');
   if (!Array.isArray(steps) || !Array.isArray(clientIDs) || steps.length !== clientIDs.length)
@@ -24,11 +24,50 @@ export function parseJournalEntry(raw: unknown): JournalEntry {
       throw new TypeError('journal entry: bad step');
     if (typeof clientIDs[i] !== 'string') throw new TypeError('journal entry: bad clientID');
   }
-  return {
+  const entry: JournalEntry = {
     baseVersion: baseVersion as number,
     steps: steps as StepJSON[],
     clientIDs: clientIDs as string[],
   };
+  // Entries written before history was kept have neither field: they read as unattributed.
+  if (users !== undefined) {
+    if (!Array.isArray(users) || users.length !== steps.length)
+      throw new TypeError('journal entry: users must be an array as long as steps');
+    for (const user of users)
+      if (user !== null && typeof user !== 'string') throw new TypeError('journal entry: bad user');
+    entry.users = users as (string | null)[];
+  }
+  if (at !== undefined) {
+    if (typeof at !== 'number' || !Number.isFinite(at))
+      throw new TypeError('journal entry: bad at');
+    entry.at = at;
+  }
+  return entry;
+}
+
+/// The journal entry an append stores: its steps with their clients, users and time (the
+/// latter two only when the request has them), and nothing of the compare-and-set.
+export function entryOf(request: JournalEntry): JournalEntry {
+  const entry: JournalEntry = {
+    baseVersion: request.baseVersion,
+    steps: request.steps,
+    clientIDs: request.clientIDs,
+  };
+  if (request.users) entry.users = request.users;
+  if (request.at !== undefined) entry.at = request.at;
+  return entry;
+}
+
+/// The steps of `entry` from index `start` on, as an entry of their own.
+export function sliceEntry(entry: JournalEntry, start: number): JournalEntry {
+  const out: JournalEntry = {
+    baseVersion: entry.baseVersion + start,
+    steps: entry.steps.slice(start),
+    clientIDs: entry.clientIDs.slice(start),
+  };
+  if (entry.users) out.users = entry.users.slice(start);
+  if (entry.at !== undefined) out.at = entry.at;
+  return out;
 }
 
 /// Narrows a snapshot read back from storage (already `JSON.parse`d). Returns it; throws a
@@ -104,12 +143,7 @@ export function entriesAfter(journal: JournalEntry[], snapshotVersion: number): 
       out.push(entry);
       continue;
     }
-    const skip = snapshotVersion - entry.baseVersion;
-    out.push({
-      baseVersion: snapshotVersion,
-      steps: entry.steps.slice(skip),
-      clientIDs: entry.clientIDs.slice(skip),
-    });
+    out.push(sliceEntry(entry, snapshotVersion - entry.baseVersion));
   }
   return out;
 }

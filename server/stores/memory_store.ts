@@ -1,3 +1,6 @@
+import { segmentOf } from './archive.js';
+import { entryOf } from './journal_entry.js';
+import { MemoryArchive } from './memory_archive.js';
 import type {
   AppendOutcome,
   AppendRequest,
@@ -22,6 +25,7 @@ interface MemoryRecord {
 /// against it works against them; it loses everything when the process exits.
 export class MemoryStore implements Store {
   readonly kind = 'memory';
+  readonly archive = new MemoryArchive();
   private readonly records = new Map<string, MemoryRecord>();
 
   async load(docId: string): Promise<StoredDocument | null> {
@@ -47,11 +51,7 @@ export class MemoryStore implements Store {
     if (record.epoch !== request.epoch || record.version !== request.baseVersion) {
       return { ok: false, reason: 'conflict', version: record.version, epoch: record.epoch };
     }
-    record.journal.push({
-      baseVersion: request.baseVersion,
-      steps: request.steps,
-      clientIDs: request.clientIDs,
-    });
+    record.journal.push(entryOf(request));
     record.version += request.steps.length;
     return { ok: true, version: record.version };
   }
@@ -71,6 +71,9 @@ export class MemoryStore implements Store {
     if (record.snapshot && record.snapshot.version >= snapshot.version) {
       return { ok: false, reason: 'outdated' };
     }
+    // The snapshot it replaces and the entries it trims go to the history, not away.
+    const segment = segmentOf(record.snapshot, record.journal, snapshot.version);
+    if (segment) this.archive.keep(docId, segment);
     record.snapshot = snapshot;
     let drop = 0;
     while (
@@ -102,5 +105,6 @@ export class MemoryStore implements Store {
 
   async close(): Promise<void> {
     this.records.clear();
+    this.archive.clear();
   }
 }

@@ -20,10 +20,20 @@ export interface DocKeys {
   /// String: the node the document belongs on (the gateway's choice); a node serving it while
   /// that node is down stands in for it, and gives it back when it returns.
   home: string;
+  /// Hash: the history's archived segments, field = base version, value encoded by
+  /// `encodeSegment` (see redis_archive.ts).
+  history: string;
+  /// Hash: `bytes` (the archive's size) and `generation` (bumped by every retention rewrite).
+  historyMeta: string;
+  /// String: the coarse windows of old history, as JSON.
+  windows: string;
+  /// Hash: named versions, field = version, value the name's JSON.
+  names: string;
 }
 
 /// The one place where Redis keys are built: `<prefix>{<docId>}:meta`, `:journal`,
-/// `:snapshot`, `:lease`, `:fence`, `:wanted` and `:home`. Returns the keys; throws a `TypeError` for a document id outside
+/// `:snapshot`, `:lease`, `:fence`, `:wanted`, `:home`, and the history's `:history`,
+/// `:history-meta`, `:windows` and `:names`. Returns the keys; throws a `TypeError` for a document id outside
 /// `docIdPattern` (such an id, with a `}` in it, would break the hash tag).
 export function docKeys(prefix: string, docId: string): DocKeys {
   if (!docIdPattern.test(docId)) throw new TypeError(`invalid document id: ${docId}`);
@@ -36,6 +46,10 @@ export function docKeys(prefix: string, docId: string): DocKeys {
     fence: base + 'fence',
     wanted: base + 'wanted',
     home: base + 'home',
+    history: base + 'history',
+    historyMeta: base + 'history-meta',
+    windows: base + 'windows',
+    names: base + 'names',
   };
 }
 

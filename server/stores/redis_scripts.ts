@@ -36,13 +36,16 @@ redis.call('HSET', KEYS[1], 'version', ARGV[3], 'epoch', ARGV[1])
 return {1, tonumber(ARGV[3])}
 `;
 
-// KEYS: meta, journal, snapshot, lease. ARGV: epoch, snapshot version, snapshot JSON, lease
-// token ('' for none). Returns 'ok', 'conflict', 'outdated' or 'lost' (the meanings of
+// KEYS: meta, journal, snapshot, lease, history, history-meta. ARGV: epoch, snapshot version,
+// snapshot JSON, lease token ('' for none). Returns 'ok', 'conflict', 'outdated' or 'lost' (the meanings of
 // `SnapshotOutcome`), or 'corrupt' when a journal entry it must read has no numeric end
 // prefix. Redis does not roll a script back when it fails half-way, so every check, the
 // prefixes of the entries to trim included, comes before the first write: a failed snapshot
 // writes nothing. The entries are read in chunks with LRANGE and trimmed with one LTRIM rather
-// than one LPOP each.
+// than one LPOP each. The snapshot it replaces and the entries it trims, with the first one it
+// keeps (which the new snapshot may end inside), are archived as one history segment under the
+// old snapshot's version: "<old snapshot JSON or ''>\n<entry>\n<entry>…", each entry as the
+// journal holds it.
 export const snapshotScript = `
 if ARGV[4] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[4] then return 'lost' end
 local meta = redis.call('HMGET', KEYS[1], 'version', 'epoch', 'snapshotVersion')
@@ -55,12 +58,14 @@ elseif meta[3] and tonumber(meta[3]) >= sv then
   return 'outdated'
 end
 local covered = 0
+local kept = {redis.call('GET', KEYS[3]) or ''}
 while true do
   local head = redis.call('LRANGE', KEYS[2], covered, covered + 127)
   local done = #head < 128
   for i = 1, #head do
     local prefix = string.match(head[i], '^(%d+)\\n')
     if not prefix then return 'corrupt' end
+    kept[#kept + 1] = head[i]
     if tonumber(prefix) > sv then
       done = true
       break
@@ -68,6 +73,13 @@ while true do
     covered = covered + 1
   end
   if done then break end
+end
+if meta[1] and (#kept > 1 or kept[1] ~= '') then
+  local text = table.concat(kept, '\\n')
+  local base = meta[3] or '0'
+  local before = redis.call('HSTRLEN', KEYS[5], base)
+  redis.call('HSET', KEYS[5], base, text)
+  redis.call('HINCRBY', KEYS[6], 'bytes', #text - before)
 end
 if not meta[1] then redis.call('HSET', KEYS[1], 'version', 0, 'epoch', ARGV[1]) end
 redis.call('SET', KEYS[3], ARGV[3])
@@ -93,6 +105,29 @@ end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('SET', KEYS[3], ARGV[5])
 redis.call('HSET', KEYS[1], 'version', ARGV[4], 'epoch', ARGV[3], 'snapshotVersion', ARGV[4])
+return 'ok'
+`;
+
+// KEYS: history, history-meta, windows. ARGV: expected generation, windows JSON, how many bases
+// to remove, those bases, then base and encoded segment pairs to add. Returns 'ok', or
+// 'conflict' (nothing written) when another rewrite moved the generation on. Retention's one
+// write: segments the snapshot script adds meanwhile are past those it touches.
+export const rewriteHistoryScript = `
+local generation = tonumber(redis.call('HGET', KEYS[2], 'generation') or '0')
+if generation ~= tonumber(ARGV[1]) then return 'conflict' end
+local removed = tonumber(ARGV[3])
+local delta = 0
+for i = 4, 3 + removed do
+  delta = delta - redis.call('HSTRLEN', KEYS[1], ARGV[i])
+  redis.call('HDEL', KEYS[1], ARGV[i])
+end
+for i = 4 + removed, #ARGV, 2 do
+  delta = delta - redis.call('HSTRLEN', KEYS[1], ARGV[i]) + #ARGV[i + 1]
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('SET', KEYS[3], ARGV[2])
+redis.call('HINCRBY', KEYS[2], 'bytes', delta)
+redis.call('HINCRBY', KEYS[2], 'generation', 1)
 return 'ok'
 `;
 

@@ -1,3 +1,4 @@
+import { RedisArchive } from './redis_archive.js';
 import { docKeys, nodeKey } from './redis_keys.js';
 import {
   RedisConnection,
@@ -17,7 +18,13 @@ import {
   resetScript,
   snapshotScript,
 } from './redis_scripts.js';
-import { entriesAfter, entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
+import {
+  entriesAfter,
+  entryEnd,
+  entryOf,
+  parseJournalEntry,
+  parseSnapshot,
+} from './journal_entry.js';
 import type {
   AppendOutcome,
   AppendRequest,
@@ -105,6 +112,7 @@ export class RedisStore implements Store {
   private readonly keyPrefix: string;
   private readonly minReplicasAcked: number;
   private readonly replicaAckTimeoutMs: number;
+  readonly archive: RedisArchive;
 
   constructor(options: RedisStoreOptions) {
     this.commandTimeoutMs = options.commandTimeoutMs ?? 2000;
@@ -125,6 +133,7 @@ export class RedisStore implements Store {
       pingIntervalMs: options.pingIntervalMs ?? 1000,
       logger: options.logger ?? null,
     });
+    this.archive = new RedisArchive(this.connection, this.keyPrefix);
   }
 
   /// Resolves once the client is connected (on a cluster: has learnt the slots); rejects with
@@ -222,11 +231,7 @@ export class RedisStore implements Store {
 
   async append(docId: string, request: AppendRequest): Promise<AppendOutcome> {
     const keys = docKeys(this.keyPrefix, docId);
-    const entry: JournalEntry = {
-      baseVersion: request.baseVersion,
-      steps: request.steps,
-      clientIDs: request.clientIDs,
-    };
+    const entry = entryOf(request);
     const end = entryEnd(entry);
     const reply = await this.connection.run(
       scripts.append,
@@ -257,7 +262,7 @@ export class RedisStore implements Store {
     const keys = docKeys(this.keyPrefix, docId);
     const reply = await this.connection.run(
       scripts.snapshot,
-      [keys.meta, keys.journal, keys.snapshot, keys.lease],
+      [keys.meta, keys.journal, keys.snapshot, keys.lease, keys.history, keys.historyMeta],
       [snapshot.epoch, String(snapshot.version), JSON.stringify(snapshot), lease ?? ''],
     );
     if (reply === 'ok') {

@@ -24,6 +24,12 @@ export interface JournalEntry {
   baseVersion: number;
   steps: StepJSON[];
   clientIDs: string[];
+  /// Who sent each step: the user `authenticate` returned for its connection, null in open
+  /// mode. Absent in entries written before history was kept (read as all null).
+  users?: (string | null)[];
+  /// When the entry was appended (ms since the Unix epoch, the collab's clock): the time the
+  /// history shows for its steps. Absent in entries written before history was kept.
+  at?: number;
 }
 
 /// An append: `steps` may be extended only if the stored document is at `baseVersion` of
@@ -154,4 +160,74 @@ export interface Store {
   close(): Promise<void>;
   /// Present on stores that several processes share (Redis).
   readonly leases?: LeaseStore;
+  /// Present on stores that keep version history: `snapshot` then archives what it replaces
+  /// and trims (see server/stores/archive.ts). Without it, only the live journal is history.
+  readonly archive?: HistoryArchive;
+}
+
+// The stored side of a document's version history (issue 30). A store that keeps history
+// archives, at every snapshot, the snapshot it replaces and the journal entries the new one
+// trims, instead of discarding them: one segment per snapshot. Any archived version is then
+// the segment's checkpoint plus at most a snapshot interval of steps. Reading the history and
+// thinning it out with time are server/history/'s; the stores only keep what it gives them.
+
+/// One archived stretch of history: the document at `baseVersion` and the steps after it.
+export interface HistorySegment {
+  baseVersion: number;
+  /// The snapshot at `baseVersion`; null for the schema's empty document, at version 0 only.
+  checkpoint: Snapshot | null;
+  /// Whole journal entries, in order: the first may start before `baseVersion` and the last
+  /// run past the next segment's base (readers take the steps they need by version). Empty for
+  /// a checkpoint left by coarsening, whose steps are gone.
+  entries: JournalEntry[];
+}
+
+/// A stretch of old history coarsened to its end (`toVersion`, which has a checkpoint): the
+/// versions inside it are gone, but when it was written and by whom are kept.
+export interface CoarseWindow {
+  fromVersion: number;
+  toVersion: number;
+  startedAt: number;
+  endedAt: number;
+  users: string[];
+}
+
+/// A version someone named. Named versions are never pruned.
+export interface StoredName {
+  version: number;
+  name: string;
+  user: string | null;
+  at: number;
+}
+
+/// What retention writes in one step: segments to drop, segments to add (checkpoints of
+/// coarse windows), and the complete list of coarse windows afterwards.
+export interface ArchiveRewrite {
+  remove: number[];
+  add: HistorySegment[];
+  windows: CoarseWindow[];
+}
+
+/// A document's archive, on a store that keeps history (`Store.archive`). Reads resolve with
+/// what is stored (empty for an unknown document); every method rejects with
+/// `StoreUnavailableError` when the store cannot be reached, and with a `TypeError` for data
+/// it cannot parse.
+export interface HistoryArchive {
+  /// The bases of the archived segments, ascending.
+  bases(docId: string): Promise<number[]>;
+  /// The segment at `baseVersion`, or null when there is none (coarsened away since).
+  segment(docId: string, baseVersion: number): Promise<HistorySegment | null>;
+  /// The coarse windows, oldest first.
+  windows(docId: string): Promise<CoarseWindow[]>;
+  /// The named versions, in the order they were named.
+  names(docId: string): Promise<StoredName[]>;
+  /// Adds a named version (another with the same version replaces it).
+  addName(docId: string, name: StoredName): Promise<void>;
+  /// The archive's size in bytes (as stored, roughly) and generation: a number that changes at
+  /// every `rewrite`, for its compare-and-set.
+  stats(docId: string): Promise<{ bytes: number; generation: number }>;
+  /// Applies `change` if the archive is still at `generation`; resolves false (nothing
+  /// written) when another rewrite got there first. Snapshots archiving meanwhile only add
+  /// segments past those a rewrite touches, so they do not conflict.
+  rewrite(docId: string, generation: number, change: ArchiveRewrite): Promise<boolean>;
 }

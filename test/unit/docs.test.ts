@@ -82,12 +82,13 @@ describe('the README and the reference', () => {
     assert.ok(read('BENCHMARKS.md').split('\n').length <= 301, 'BENCHMARKS.md');
   });
 
-  it('walks the README in order: quick start, the library, standalone, deploy, reference', () => {
+  it('walks the README in order: quick start, the library, standalone, history, deploy, reference', () => {
     const headings = [...read('README.md').matchAll(/^## (.+)$/gm)].map((match) => match[1]);
     assert.deepEqual(headings, [
       'Quick start',
       'Use it in your app',
       'Run it standalone',
+      'History',
       'Deploy',
       'Reference',
     ]);

@@ -1,5 +1,5 @@
-import { entryEnd } from '../journal_entry.js';
-import type { AppendOutcome, JournalEntry } from '../store.js';
+import { entryEnd, entryOf } from '../journal_entry.js';
+import type { AppendOutcome } from '../store.js';
 import type { DocFiles, LoggedEntry, PendingAppend } from './doc_files.js';
 import { journalLine } from './format.js';
 import { logLine } from './log_format.js';
@@ -69,11 +69,7 @@ export function planAppends(doc: DocFiles, batch: PendingAppend[]): AppendBatch 
       });
       continue;
     }
-    const entry: JournalEntry = {
-      baseVersion: request.baseVersion,
-      steps: request.steps,
-      clientIDs: request.clientIDs,
-    };
+    const entry = entryOf(request);
     const json = JSON.stringify(entry);
     plan.logged.push({
       epoch: plan.epoch,

@@ -18,6 +18,7 @@ import { Checkpointer } from './checkpointer.js';
 import { DirectoryLock, lockFileName } from './directory_lock.js';
 import { waitingBytes, type DocFiles, type PendingAppend } from './doc_files.js';
 import { DurableWriter } from './durable_write.js';
+import { FileArchive } from './file_archive.js';
 import { closedError, errorCode, toUnavailable } from './failures.js';
 import { journalLine } from './format.js';
 import { DocumentQueue } from './queue.js';
@@ -41,6 +42,7 @@ export type { FileStoreLogger, FileStoreOptions } from './settings.js';
 /// retried append meets the compare-and-set against what is really on disk.
 export class FileStore implements Store {
   readonly kind = 'file';
+  readonly archive: FileArchive;
   private readonly settings: FileStoreSettings;
   private readonly lock: DirectoryLock;
   private readonly queue: DocumentQueue;
@@ -73,6 +75,7 @@ export class FileStore implements Store {
       const recovered = recoverDirectory(settings.dataDir, logger);
       this.unreplayed = recovered.unreplayed;
       this.queue = new DocumentQueue(settings.dataDir, settings.timeoutMs, settings.maxCachedDocs);
+      this.archive = new FileArchive((docId) => this.queue.doc(docId));
       this.writer = new DurableWriter(settings.dataDir, (doc) =>
         this.checkpointer.noteSuspect(doc),
       );
@@ -272,6 +275,9 @@ export class FileStore implements Store {
     if (doc.epoch !== snapshot.epoch || doc.version < snapshot.version)
       return { ok: false, reason: 'conflict' };
     if (doc.snapshotVersion >= snapshot.version) return { ok: false, reason: 'outdated' };
+    // What the snapshot replaces and trims goes to the history first: a crash after it and
+    // before the switch leaves both, and the next snapshot archives the same segment again.
+    await this.archive.keepBeforeSnapshot(doc, snapshot.version);
     // The entries the snapshot does not cover move to a new generation.
     let lines = '';
     if (doc.version > snapshot.version) {

@@ -159,6 +159,43 @@ describe('the gateway routes every spelling of a document to one node', () => {
     }
   });
 
+  it("sends a document's history routes to its node, where a restore can append steps", async () => {
+    const id = 'history:routed';
+    const editor = rawSocket(`http://127.0.0.1:${port}`, id, 'editor-history');
+    try {
+      assert.equal((await ask<SyncAnswer>(editor, 'join', {})).ok, true);
+      assert.equal(
+        (await ask<StepsAnswer>(editor, 'steps', { version: 0, steps: [insert] })).ok,
+        true,
+      );
+      const expected = nodeIds[nodes.findIndex((node) => node.server.rooms.peek(id) !== undefined)];
+      const answers: string[] = [];
+      for (const [method, path, body] of [
+        ['GET', `/docs/${id}/history`],
+        ['GET', `/docs/${encodeURIComponent(id)}/versions/0`],
+        ['GET', `/Docs/${id}/changes?from=0&to=1`],
+        ['POST', `/docs/${id}/versions/1/name`, { name: 'typed' }],
+        ['POST', `/docs/${id}/restore`, { version: 0 }],
+      ] as const) {
+        const response = await fetch(`http://127.0.0.1:${port}${path}`, {
+          method,
+          ...(body
+            ? { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }
+            : {}),
+        });
+        answers.push(
+          `${method} ${path} ${response.status} ${response.headers.get('x-scriptorium-node')}`,
+        );
+      }
+      assert.deepEqual(
+        answers,
+        answers.map((line) => `${line.split(' ').slice(0, 2).join(' ')} 200 ${expected}`),
+      );
+    } finally {
+      editor.close();
+    }
+  });
+
   it('has the node refuse a query or path the gateway reads otherwise than the node', async () => {
     const refused: string[] = [];
     for (const query of [

@@ -1,0 +1,171 @@
+import type { Node, Schema } from 'prosemirror-model';
+import type { Step } from 'prosemirror-transform';
+import type { StepJSON, StepsAnswer } from '../../schema/events.js';
+import { CodedError } from '../rooms/coded_error.js';
+import type { Rooms } from '../rooms/registry.js';
+import type { Room } from '../rooms/room.js';
+import type { Store } from '../stores/store.js';
+import { attributedChanges } from './changes.js';
+import { restoreSteps } from './restore.js';
+import { revertUser } from './revert.js';
+import { historyPage, type PageRequest } from './sessions.js';
+import { checkVersion, gone, readStretch } from './timeline.js';
+import type { ChangesResult, HistoryPage, NamedVersion, RevertResult } from './types.js';
+
+// The history methods of `createCollab`'s result. Reads go to the store (any node can serve
+// them); writes (restore, revert) go through the document's room on this node, as an
+// editor's batch does: journaled, broadcast, acknowledged, `onAccepted`.
+
+/// The client id the history's own edits (restore, revert) are journaled under.
+export const historyClientID = 'scriptorium:history';
+
+/// The longest name a version may be given, in characters.
+export const maxVersionNameLength = 200;
+
+/// What the history methods need of a collab.
+export interface HistoryDeps {
+  store: Store;
+  schema: Schema;
+  rooms: Rooms;
+  /// The collab's wall clock (ms since the Unix epoch).
+  clock: () => number;
+  /// Checks a document id (throws `bad-document-id`).
+  checkDocId: (docId: string) => void;
+  /// Turns a room load's failure into the `CodedError` it is answered with.
+  loadError: (err: unknown) => CodedError;
+  /// True once the collab is closing: writes are refused `shutting-down`.
+  draining: () => boolean;
+}
+
+/// The history half of `Collab` (see its doc comments there).
+export interface HistoryMethods {
+  history(docId: string, request?: PageRequest): Promise<HistoryPage>;
+  documentAt(docId: string, version: number): Promise<{ version: number; doc: Node }>;
+  changes(docId: string, fromVersion: number, toVersion: number): Promise<ChangesResult>;
+  nameVersion(
+    docId: string,
+    version: number,
+    name: string,
+    options: { user: string | null },
+  ): Promise<NamedVersion>;
+  restore(docId: string, version: number, options: { user: string | null }): Promise<number>;
+  revert(
+    docId: string,
+    select: { user: string; fromVersion?: number; toVersion?: number },
+    options: { by: string | null },
+  ): Promise<RevertResult>;
+}
+
+/// Builds the history methods over `deps`.
+export function historyMethods(deps: HistoryDeps): HistoryMethods {
+  const { store, schema } = deps;
+  return {
+    async history(docId, request = {}) {
+      deps.checkDocId(docId);
+      return historyPage(store, docId, request);
+    },
+    async documentAt(docId, version) {
+      deps.checkDocId(docId);
+      const stretch = await readStretch(store, schema, docId, version, version);
+      return { version, doc: stretch.doc };
+    },
+    async changes(docId, fromVersion, toVersion) {
+      deps.checkDocId(docId);
+      const stretch = await readStretch(store, schema, docId, fromVersion, toVersion);
+      return { fromVersion, toVersion, changes: attributedChanges(stretch.doc, stretch.steps) };
+    },
+    async nameVersion(docId, version, name, options) {
+      deps.checkDocId(docId);
+      checkName(name);
+      if (!store.archive) throw noArchive();
+      // Only a version that can be shown may be named: one already gone is refused.
+      await readStretch(store, schema, docId, version, version);
+      const named: NamedVersion = { version, name, user: options.user ?? null, at: deps.clock() };
+      await store.archive.addName(docId, named);
+      return named;
+    },
+    async restore(docId, version, options) {
+      deps.checkDocId(docId);
+      const target = await readStretch(store, schema, docId, version, version);
+      const room = await writableRoom(deps, docId);
+      // Against the newest document, in one synchronous step with the hand-over to the room:
+      // nothing can be applied in between, so the steps never need rebasing.
+      const current = room.current();
+      const steps = restoreSteps(current.doc, target.doc);
+      if (steps.length === 0) return room.publishedVersion;
+      return submit(room, current.version, steps, options.user ?? null);
+    },
+    async revert(docId, select, options) {
+      deps.checkDocId(docId);
+      if (typeof select?.user !== 'string' || select.user === '')
+        throw new CodedError('bad-request', 'revert needs the user whose changes to revert');
+      const stored = await store.load(docId);
+      if (!stored) throw new CodedError('not-found');
+      const from = select.fromVersion ?? 0;
+      const to = select.toVersion ?? stored.version;
+      checkVersion(from, stored.version);
+      checkVersion(to, stored.version);
+      if (to < from) throw new CodedError('bad-request', `version ${to} is before ${from}`);
+      const stretch = await readStretch(store, schema, docId, from, null);
+      const room = await writableRoom(deps, docId);
+      const outcome = revertUser(stretch.doc, stretch.steps, {
+        user: select.user,
+        from: 0,
+        to: to - from,
+      });
+      if (outcome.steps.length === 0)
+        return { version: room.publishedVersion, reverted: 0, skipped: outcome.skipped };
+      // Made at the stored head: an editor's batch made there, which the authority rebases
+      // over whatever the room accepted since, as it would an editor's.
+      const version = await submit(room, stretch.head, outcome.steps, options.by ?? null);
+      return { version, reverted: outcome.reverted, skipped: outcome.skipped };
+    },
+  };
+}
+
+/// The room of `docId` on this node, for a write. Rejects with a `CodedError`.
+async function writableRoom(deps: HistoryDeps, docId: string): Promise<Room> {
+  if (deps.draining()) throw new CodedError('shutting-down');
+  let room: Room | null;
+  try {
+    room = await deps.rooms.get(docId, true);
+  } catch (err) {
+    throw deps.loadError(err);
+  }
+  if (!room || room.state !== 'open') throw new CodedError('unavailable');
+  return room;
+}
+
+/// Hands `steps`, made at `version`, to `room` as a batch of the history's client; resolves
+/// with the version after them once durable, rejects with the refusal's `CodedError`.
+function submit(room: Room, version: number, steps: Step[], user: string | null): Promise<number> {
+  const json = steps.map((step) => step.toJSON() as StepJSON);
+  return new Promise<number>((resolve, reject) => {
+    const ack = (answer: StepsAnswer) => {
+      if (answer.ok) resolve(answer.version);
+      else reject(new CodedError(answer.code, answer.message));
+    };
+    room.receive(version, json, historyClientID, ack, performance.now(), user);
+  });
+}
+
+/// Throws `bad-request` for a name that is not 1–200 characters of text with something in it.
+function checkName(name: unknown): void {
+  if (
+    typeof name !== 'string' ||
+    name.trim() === '' ||
+    name.length > maxVersionNameLength ||
+    // eslint-disable-next-line no-control-regex
+    /[\u0000-\u001f\u007f]/.test(name)
+  ) {
+    throw new CodedError(
+      'bad-request',
+      `a version's name must be 1–${maxVersionNameLength} characters, not all spaces, no control characters`,
+    );
+  }
+}
+
+/// For a store without an archive: nothing but the live journal is kept.
+function noArchive(): CodedError {
+  return gone(0);
+}
