@@ -154,15 +154,21 @@ async function bench(
       await collab.changes(big, Math.max(0, v - 1000), v);
       diffMs.push(performance.now() - t);
     }
+    const pageMs: number[] = [];
     for (let i = 0; i < 3; i++) {
-      const t = performance.now();
+      let t = performance.now();
       await collab.changes(big, 0, historySteps);
       wholeMs.push(performance.now() - t);
+      // One session of 100,000 steps (200 ms apart): the page reads back to its start.
+      t = performance.now();
+      await collab.history(big);
+      pageMs.push(performance.now() - t);
     }
     console.log(
       `${name}: at ${historySteps} steps: documentAt median ${median(versionMs).toFixed(1)} ms (p95 ${p95(versionMs).toFixed(1)}); ` +
         `changes over 1,000 steps median ${median(diffMs).toFixed(1)} ms (p95 ${p95(diffMs).toFixed(1)}); ` +
-        `changes 0→${historySteps} median ${median(wholeMs).toFixed(0)} ms`,
+        `changes 0→${historySteps} median ${median(wholeMs).toFixed(0)} ms; ` +
+        `history (one session of all of it) median ${median(pageMs).toFixed(0)} ms`,
     );
   } finally {
     await done();
