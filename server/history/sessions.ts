@@ -60,7 +60,7 @@ export async function historyPage(
   for (let i = bases.length - 1; i >= 0 && !sessions.full && low > 0; i--) {
     if (bases[i]! < coarseEnd) break;
     if (bases[i]! >= low) continue;
-    const segment = await archive!.segment(docId, bases[i]!);
+    const segment = await archive!.segment(docId, bases[i]!, false);
     if (segment) low = Math.min(low, sessions.add(segment.entries, Math.min(low, before)));
   }
   const entries = sessions.done();
