@@ -65,16 +65,16 @@ export async function retainHistory(
   let bytes = stats.bytes;
   // The oldest run of segments that still hold steps, as far as age or size says to coarsen.
   const run: HistorySegment[] = [];
-  const coarse: { base: number; bytes: number }[] = [];
+  // Segments below the last window's end are checkpoints coarsening left (the segment at its
+  // end still holds steps): known without reading them.
+  const coarseEnd = windows.length > 0 ? windows[windows.length - 1]!.toVersion : 0;
   let i = 0;
+  while (i < bases.length && bases[i]! < coarseEnd) i++;
+  const coarse = bases.slice(0, i);
   for (; i < bases.length; i++) {
     const segment = await archive.segment(docId, bases[i]!);
     if (!segment) return null;
-    if (segment.entries.length === 0) {
-      if (run.length > 0) break;
-      coarse.push({ base: segment.baseVersion, bytes: segmentBytes(segment) });
-      continue;
-    }
+    if (segment.entries.length === 0) break;
     const old = segment.entries.every((entry) => (entry.at ?? 0) < cutoff);
     if (!old && bytes <= options.maxBytes) break;
     run.push(segment);
@@ -88,9 +88,11 @@ export async function retainHistory(
   const remove = run.map((segment) => segment.baseVersion);
   let dropped = 0;
   for (let c = 0; c < coarse.length && bytes > options.maxBytes; c++) {
-    if (named.has(coarse[c]!.base)) continue;
-    remove.push(coarse[c]!.base);
-    bytes -= coarse[c]!.bytes;
+    if (named.has(coarse[c]!)) continue;
+    const segment = await archive.segment(docId, coarse[c]!);
+    if (!segment) continue;
+    remove.push(coarse[c]!);
+    bytes -= segmentBytes(segment);
     dropped++;
   }
   if (remove.length === 0) return null;

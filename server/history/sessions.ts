@@ -55,9 +55,12 @@ export async function historyPage(
   const [bases, windows, names] = archive
     ? await Promise.all([archive.bases(docId), archive.windows(docId), archive.names(docId)])
     : [[], [] as CoarseWindow[], [] as StoredName[]];
+  // Segments below the last coarse window's end are its checkpoints: no steps to read there.
+  const coarseEnd = windows.length > 0 ? windows[windows.length - 1]!.toVersion : 0;
   for (let i = bases.length - 1; i >= 0 && !sessions.full && low > 0; i--) {
+    if (bases[i]! < coarseEnd) break;
     if (bases[i]! >= low) continue;
-    const segment = await archive!.segment(docId, bases[i]!);
+    const segment = await archive!.segment(docId, bases[i]!, false);
     if (segment) low = Math.min(low, sessions.add(segment.entries, Math.min(low, before)));
   }
   const entries = sessions.done();

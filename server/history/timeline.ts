@@ -126,7 +126,7 @@ async function fromArchive(
   let reach = reachOf(first.entries, first.baseVersion);
   // Later segments only while the steps needed are not all in hand yet.
   for (let i = at + 1; i < bases.length && reach < Math.min(to, live); i++) {
-    const next = await archive.segment(docId, bases[i]!);
+    const next = await archive.segment(docId, bases[i]!, false);
     // A checkpoint left by coarsening: the steps before it are gone.
     if (!next || next.entries.length === 0) break;
     sources.push(next.entries);

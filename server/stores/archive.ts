@@ -1,3 +1,4 @@
+import { entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
 import type { HistorySegment, JournalEntry, Snapshot } from './store.js';
 
 // How a snapshot's segment is made (the types are in store.ts, with the `HistoryArchive`
@@ -19,4 +20,31 @@ export function segmentOf(
 /// The stored size of a segment: its JSON's length, as the file store writes it.
 export function segmentBytes(segment: HistorySegment): number {
   return JSON.stringify(segment).length;
+}
+
+/// A segment as the stores write it (Redis's snapshot script, the file store's segment files):
+/// the checkpoint's JSON ('' for none), then each entry as Redis's journal holds it
+/// (`<end>\n<entry JSON>`), one per line. The checkpoint first, on a line of its own, lets a
+/// reader that wants only the steps skip parsing the whole document.
+export function encodeSegment(segment: HistorySegment): string {
+  let text = segment.checkpoint ? JSON.stringify(segment.checkpoint) : '';
+  for (const entry of segment.entries) text += `\n${entryEnd(entry)}\n${JSON.stringify(entry)}`;
+  return text;
+}
+
+/// Reads back a segment written by `encodeSegment` (or the snapshot script), its checkpoint
+/// left null unless `withCheckpoint`. Throws a `TypeError` for text that is not one.
+export function decodeSegment(
+  baseVersion: number,
+  text: string,
+  withCheckpoint = true,
+): HistorySegment {
+  const lines = text.split('\n');
+  if (lines.length % 2 !== 1) throw new TypeError('a history segment is cut short');
+  const checkpoint =
+    lines[0] === '' || !withCheckpoint ? null : parseSnapshot(JSON.parse(lines[0]!));
+  const entries: JournalEntry[] = [];
+  for (let i = 1; i < lines.length; i += 2)
+    entries.push(parseJournalEntry(JSON.parse(lines[i + 1]!)));
+  return { baseVersion, checkpoint, entries };
 }

@@ -1,4 +1,4 @@
-import { entryEnd, parseJournalEntry, parseSnapshot } from './journal_entry.js';
+import { decodeSegment, encodeSegment } from './archive.js';
 import { docKeys } from './redis_keys.js';
 import { script, type RedisConnection } from './redis_connection.js';
 import { rewriteHistoryScript } from './redis_scripts.js';
@@ -7,7 +7,6 @@ import type {
   CoarseWindow,
   HistoryArchive,
   HistorySegment,
-  JournalEntry,
   StoredName,
 } from './store.js';
 
@@ -31,7 +30,11 @@ export class RedisArchive implements HistoryArchive {
     return fields.map(Number).sort((a, b) => a - b);
   }
 
-  async segment(docId: string, baseVersion: number): Promise<HistorySegment | null> {
+  async segment(
+    docId: string,
+    baseVersion: number,
+    withCheckpoint = true,
+  ): Promise<HistorySegment | null> {
     const keys = docKeys(this.keyPrefix, docId);
     const text = await this.connection.command(keys.history, [
       'HGET',
@@ -39,7 +42,7 @@ export class RedisArchive implements HistoryArchive {
       String(baseVersion),
     ]);
     if (text === null || text === undefined) return null;
-    return decodeSegment(baseVersion, String(text));
+    return decodeSegment(baseVersion, String(text), withCheckpoint);
   }
 
   async windows(docId: string): Promise<CoarseWindow[]> {
@@ -90,24 +93,4 @@ export class RedisArchive implements HistoryArchive {
     );
     return reply === 'ok';
   }
-}
-
-/// A segment as the snapshot script writes it: the checkpoint's JSON ('' for none), then each
-/// entry as the journal holds it (`<end>\n<entry JSON>`), one per line.
-export function encodeSegment(segment: HistorySegment): string {
-  let text = segment.checkpoint ? JSON.stringify(segment.checkpoint) : '';
-  for (const entry of segment.entries) text += `\n${entryEnd(entry)}\n${JSON.stringify(entry)}`;
-  return text;
-}
-
-/// Reads back a segment written by the snapshot script or `encodeSegment`. Throws a
-/// `TypeError` for text that is not one.
-export function decodeSegment(baseVersion: number, text: string): HistorySegment {
-  const lines = text.split('\n');
-  if (lines.length % 2 !== 1) throw new TypeError('redis store: a history segment is cut short');
-  const checkpoint = lines[0] === '' ? null : parseSnapshot(JSON.parse(lines[0]!));
-  const entries: JournalEntry[] = [];
-  for (let i = 1; i < lines.length; i += 2)
-    entries.push(parseJournalEntry(JSON.parse(lines[i + 1]!)));
-  return { baseVersion, checkpoint, entries };
 }

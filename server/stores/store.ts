@@ -215,8 +215,13 @@ export interface ArchiveRewrite {
 export interface HistoryArchive {
   /// The bases of the archived segments, ascending.
   bases(docId: string): Promise<number[]>;
-  /// The segment at `baseVersion`, or null when there is none (coarsened away since).
-  segment(docId: string, baseVersion: number): Promise<HistorySegment | null>;
+  /// The segment at `baseVersion`, or null when there is none (coarsened away since). With
+  /// `withCheckpoint` false the checkpoint may be left null: for readers of steps only.
+  segment(
+    docId: string,
+    baseVersion: number,
+    withCheckpoint?: boolean,
+  ): Promise<HistorySegment | null>;
   /// The coarse windows, oldest first.
   windows(docId: string): Promise<CoarseWindow[]>;
   /// The named versions, in the order they were named.

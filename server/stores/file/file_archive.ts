@@ -1,7 +1,7 @@
 import { mkdir, open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { segmentOf } from '../archive.js';
-import { entriesAfter, parseJournalEntry, parseSnapshot } from '../journal_entry.js';
+import { decodeSegment, encodeSegment, segmentOf } from '../archive.js';
+import { entriesAfter } from '../journal_entry.js';
 import type {
   ArchiveRewrite,
   CoarseWindow,
@@ -17,7 +17,7 @@ import { parseJournalText, parseStateText } from './format.js';
 import { readJournal } from './reader.js';
 
 // `FileStore`'s history archive: one directory per document next to its own files
-// (`<base>.history/`), holding a file per segment (`<baseVersion>.seg`, its JSON), the coarse
+// (`<base>.history/`), holding a file per segment (`<baseVersion>.seg`, as `encodeSegment`), the coarse
 // windows (`windows.json`) and the named versions (`names.json`). Every file is written to a
 // temporary name, fsync'd and renamed, then the directory fsync'd: a crash leaves the old file
 // or the new one. One process per data directory, so the rewrite's generation is kept here.
@@ -46,7 +46,7 @@ export class FileArchive implements HistoryArchive {
       if (journal.length === 0 || entry.baseVersion >= lastEnd(journal)) journal.push(entry);
     const from = previous ? previous.version : 0;
     const segment = segmentOf(previous, entriesAfter(journal, from), version);
-    if (segment) await this.write(doc, `${segment.baseVersion}.seg`, JSON.stringify(segment));
+    if (segment) await this.write(doc, `${segment.baseVersion}.seg`, encodeSegment(segment));
   }
 
   async bases(docId: string): Promise<number[]> {
@@ -65,9 +65,13 @@ export class FileArchive implements HistoryArchive {
     return bases.sort((a, b) => a - b);
   }
 
-  async segment(docId: string, baseVersion: number): Promise<HistorySegment | null> {
+  async segment(
+    docId: string,
+    baseVersion: number,
+    withCheckpoint = true,
+  ): Promise<HistorySegment | null> {
     const text = await this.read(this.docFiles(docId), `${baseVersion}.seg`);
-    return text === null ? null : parseSegment(text);
+    return text === null ? null : decodeSegment(baseVersion, text, withCheckpoint);
   }
 
   async windows(docId: string): Promise<CoarseWindow[]> {
@@ -103,7 +107,7 @@ export class FileArchive implements HistoryArchive {
     const doc = this.docFiles(docId);
     // Added first, removed last: a crash between leaves more history than meant, never less.
     for (const segment of change.add)
-      await this.write(doc, `${segment.baseVersion}.seg`, JSON.stringify(segment));
+      await this.write(doc, `${segment.baseVersion}.seg`, encodeSegment(segment));
     await this.write(doc, 'windows.json', JSON.stringify(change.windows));
     const added = new Set(change.add.map((segment) => segment.baseVersion));
     for (const base of change.remove) {
@@ -153,16 +157,4 @@ export class FileArchive implements HistoryArchive {
 function lastEnd(journal: readonly JournalEntry[]): number {
   const last = journal[journal.length - 1]!;
   return last.baseVersion + last.steps.length;
-}
-
-/// Reads a segment file's JSON. Throws a `TypeError` for one that is not a segment.
-function parseSegment(text: string): HistorySegment {
-  const raw = JSON.parse(text) as Record<string, unknown>;
-  if (!Number.isSafeInteger(raw['baseVersion']) || !Array.isArray(raw['entries']))
-    throw new TypeError('file store: a history segment is damaged');
-  return {
-    baseVersion: raw['baseVersion'] as number,
-    checkpoint: raw['checkpoint'] === null ? null : parseSnapshot(raw['checkpoint']),
-    entries: (raw['entries'] as unknown[]).map(parseJournalEntry),
-  };
 }
