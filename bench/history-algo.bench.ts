@@ -1,13 +1,16 @@
-// How long the history's pure algorithms take over a long history: `attributedChanges` over
-// 100,000 typing steps by three people (one diff across all of them), and the parts of it:
-// applying the steps alone, and the change set when the newest document is given (as a
-// checkpoint gives it) rather than replayed. Run with
+// How long the history's pure algorithms take over a long history of 100,000 typing steps by
+// three people: `attributedChanges` across all of them (replaying, and given the newest
+// document as a checkpoint gives it), `revertUser` of one writer (given the newest document;
+// it still replays from the start to the range's end) and `restoreSteps` back to the start;
+// applying the steps alone for scale. Run with
 // `npx tsc -p tsconfig.json && node dist/bench/history-algo.bench.js [steps] [turnChance]`.
 import { Slice, type Node } from 'prosemirror-model';
 import { ReplaceStep, type Step } from 'prosemirror-transform';
 import { Random } from '../client-sim/random.js';
 import { schema } from '../schema/index.js';
 import { attributedChanges } from '../server/history/changes.js';
+import { restoreSteps } from '../server/history/restore.js';
+import { revertUser } from '../server/history/revert.js';
 import type { HistoryStep } from '../server/history/types.js';
 
 const stepCount = Number(process.argv[2] ?? 100_000);
@@ -78,7 +81,12 @@ const { steps, head } = typingHistory(base, stepCount);
 const applyTimes: number[] = [];
 const changeTimes: number[] = [];
 const headTimes: number[] = [];
+const revertLastTimes: number[] = [];
+const revertAllTimes: number[] = [];
+const restoreTimes: number[] = [];
 let changeCount = 0;
+let revertedLast = 0;
+let revertedAll = 0;
 for (let r = 0; r < runs; r++) {
   const a0 = performance.now();
   let doc = base;
@@ -91,6 +99,21 @@ for (let r = 0; r < runs; r++) {
   const h0 = performance.now();
   attributedChanges(base, steps, head);
   headTimes.push(performance.now() - h0);
+  // One writer's last 1,000 steps, then all of theirs, given the newest document.
+  const l0 = performance.now();
+  revertedLast = revertUser(
+    base,
+    steps,
+    { user: 'ann', from: steps.length - 1000, to: steps.length },
+    head,
+  ).reverted;
+  revertLastTimes.push(performance.now() - l0);
+  const v0 = performance.now();
+  revertedAll = revertUser(base, steps, { user: 'ann', from: 0, to: steps.length }, head).reverted;
+  revertAllTimes.push(performance.now() - v0);
+  const s0 = performance.now();
+  restoreSteps(head, base);
+  restoreTimes.push(performance.now() - s0);
 }
 console.log(
   `node ${process.version}, ${steps.length} steps, ${head.content.size} positions, turn chance ${turnChance}`,
@@ -102,3 +125,12 @@ console.log(
   `| attributedChanges, replaying (${changeCount} changes) | ${median(changeTimes).toFixed(1)} |`,
 );
 console.log(`| attributedChanges, given the newest document | ${median(headTimes).toFixed(1)} |`);
+console.log(
+  `| revertUser, one writer's steps among the last 1,000 (${revertedLast}) | ${median(revertLastTimes).toFixed(1)} |`,
+);
+console.log(
+  `| revertUser, all of one writer's steps (${revertedAll}) | ${median(revertAllTimes).toFixed(1)} |`,
+);
+console.log(
+  `| restoreSteps, newest document back to the first | ${median(restoreTimes).toFixed(1)} |`,
+);

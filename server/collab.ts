@@ -153,6 +153,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
       checkDocId,
       loadError: codedLoadError,
       draining: () => parts.state.draining,
+      maxStepsPerBatch: parts.config.maxStepsPerBatch,
     }),
   };
   registries.set(collab, parts.rooms);

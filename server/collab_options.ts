@@ -131,6 +131,9 @@ export function checkOptions(options: CollabOptions): CheckedOptions {
   if (!Number.isSafeInteger(schemaVersion) || schemaVersion < 0) {
     throw new ConfigError(`schemaVersion must be a whole number ≥ 0, got ${schemaVersion}`);
   }
+  if (options.clock !== undefined && typeof options.clock !== 'function') {
+    throw new ConfigError('clock must be a function returning milliseconds since the epoch');
+  }
   if (!schema.topNodeType.createAndFill()) {
     throw new ConfigError('the schema cannot make an empty document (its top node needs content)');
   }

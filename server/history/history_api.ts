@@ -35,6 +35,8 @@ export interface HistoryDeps {
   loadError: (err: unknown) => CodedError;
   /// True once the collab is closing: writes are refused `shutting-down`.
   draining: () => boolean;
+  /// The most steps one batch may carry (`MAX_STEPS_PER_BATCH`): longer edits go as several.
+  maxStepsPerBatch: number;
 }
 
 /// The history half of `Collab` (see its doc comments there).
@@ -93,7 +95,7 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
       const current = room.current();
       const steps = restoreSteps(current.doc, target.doc);
       if (steps.length === 0) return room.publishedVersion;
-      return submit(room, current.version, steps, options.user ?? null);
+      return submit(room, current.version, steps, options.user ?? null, deps.maxStepsPerBatch);
     },
     async revert(docId, select, options) {
       deps.checkDocId(docId);
@@ -116,8 +118,13 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
       if (outcome.steps.length === 0)
         return { version: room.publishedVersion, reverted: 0, skipped: outcome.skipped };
       // Made at the stored head: an editor's batch made there, which the authority rebases
-      // over whatever the room accepted since, as it would an editor's.
-      const version = await submit(room, stretch.head, outcome.steps, options.by ?? null);
+      // over whatever the room accepted since, as it would an editor's. Split into batches
+      // only when nothing was accepted since: each batch then claims exactly the version the
+      // one before leaves, and none is rebased over its own predecessors.
+      const max = deps.maxStepsPerBatch;
+      if (outcome.steps.length > max && room.current().version !== stretch.head)
+        throw new CodedError('unavailable', 'the document changed during the revert: try again');
+      const version = await submit(room, stretch.head, outcome.steps, options.by ?? null, max);
       return { version, reverted: outcome.reverted, skipped: outcome.skipped };
     },
   };
@@ -136,17 +143,31 @@ async function writableRoom(deps: HistoryDeps, docId: string): Promise<Room> {
   return room;
 }
 
-/// Hands `steps`, made at `version`, to `room` as a batch of the history's client; resolves
-/// with the version after them once durable, rejects with the refusal's `CodedError`.
-function submit(room: Room, version: number, steps: Step[], user: string | null): Promise<number> {
-  const json = steps.map((step) => step.toJSON() as StepJSON);
-  return new Promise<number>((resolve, reject) => {
-    const ack = (answer: StepsAnswer) => {
-      if (answer.ok) resolve(answer.version);
-      else reject(new CodedError(answer.code, answer.message));
-    };
-    room.receive(version, json, historyClientID, ack, performance.now(), user);
-  });
+/// Hands `steps`, made at `version`, to `room` as batches of the history's client of at most
+/// `max` steps, all in this synchronous step, so that nothing comes between them; resolves with
+/// the version after the last once durable, rejects with the first refusal's `CodedError`
+/// (batches before it may be in: they are each valid edits).
+function submit(
+  room: Room,
+  version: number,
+  steps: Step[],
+  user: string | null,
+  max: number,
+): Promise<number> {
+  const acks: Promise<number>[] = [];
+  for (let start = 0; start < steps.length; start += max) {
+    const json = steps.slice(start, start + max).map((step) => step.toJSON() as StepJSON);
+    acks.push(
+      new Promise<number>((resolve, reject) => {
+        const ack = (answer: StepsAnswer) => {
+          if (answer.ok) resolve(answer.version);
+          else reject(new CodedError(answer.code, answer.message));
+        };
+        room.receive(version + start, json, historyClientID, ack, performance.now(), user);
+      }),
+    );
+  }
+  return Promise.all(acks).then((versions) => versions[versions.length - 1]!);
 }
 
 /// Throws `bad-request` for a name that is not 1–200 characters of text with something in it.

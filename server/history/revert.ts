@@ -1,5 +1,11 @@
 import { Slice, type Node } from 'prosemirror-model';
-import { Mapping, ReplaceStep, type Step, type StepMap } from 'prosemirror-transform';
+import {
+  Mapping,
+  ReplaceAroundStep,
+  ReplaceStep,
+  type Step,
+  type StepMap,
+} from 'prosemirror-transform';
 import type { HistoryStep } from './types.js';
 
 // Selective revert: undoing one user's steps while keeping everyone else's, as
@@ -25,38 +31,33 @@ export interface Reverted {
 /// into `steps`, which run from `base` to the newest document), newest first, each mapped over
 /// every later step and every inverse already made. A step whose inverse maps to nothing or no
 /// longer applies is skipped and counted, never forced. Returns steps that apply in order to
-/// the document after `steps`. Throws a RangeError when `steps` do not apply to `base`.
+/// the document after `steps`.
+///
+/// `head`, the document after `steps`, spares replaying the steps after the range when the
+/// caller has it; it is trusted. Throws a RangeError when a step it replays does not apply.
 export function revertUser(
   base: Node,
   steps: readonly HistoryStep[],
   select: { user: string; from: number; to: number },
+  head?: Node,
 ): Reverted {
-  const from = Math.max(0, select.from);
-  const to = Math.min(steps.length, select.to);
+  const replayTo = head ? Math.min(steps.length, Math.max(0, select.to)) : steps.length;
+  const { units, doc: replayed } = unitsOf(base, steps, select, replayTo);
   const mapping = new Mapping();
-  const inverses = new Map<number, { inverse: Step; after: Node }>();
-  let doc = base;
-  for (let i = 0; i < steps.length; i++) {
-    const step = steps[i]!.step;
-    const result = step.apply(doc);
-    if (!result.doc) throw new RangeError(`history step ${i} does not apply: ${result.failed}`);
-    if (i >= from && i < to && steps[i]!.user === select.user) {
-      inverses.set(i, { inverse: step.invert(doc), after: result.doc });
-    }
-    mapping.appendMap(step.getMap());
-    doc = result.doc;
-  }
+  for (const unit of units) mapping.appendMap(unit.step.getMap());
+  let doc = head ?? replayed;
   const mirrors = new Map<number, number>();
   const out: Step[] = [];
   let reverted = 0;
   let skipped = 0;
-  for (let i = to - 1; i >= from; i--) {
-    const entry = inverses.get(i);
-    if (!entry) continue;
-    const planned = plan(entry.inverse, entry.after, mapping, mirrors, i + 1);
+  for (let i = units.length - 1; i >= 0; i--) {
+    const unit = units[i]!;
+    if (!unit.selected) continue;
+    const inverse = unit.step.invert(unit.before!);
+    const planned = plan(inverse, unit.after!, mapping, mirrors, i + 1);
     const applied = planned && applyAll(doc, planned.steps);
     if (!planned || !applied) {
-      skipped++;
+      skipped += unit.count;
       continue;
     }
     doc = applied;
@@ -67,9 +68,69 @@ export function revertUser(
       mapping.appendMap(planned.steps[s]!.getMap(), mirror);
       out.push(planned.steps[s]!);
     }
-    reverted++;
+    reverted += unit.count;
   }
   return { steps: out, reverted, skipped };
+}
+
+/// Consecutive steps merged where prosemirror-transform can merge them (typing on, deleting
+/// on), the selected ones only with each other: the same edits in a few units, so that the
+/// mapping, which every inverse crosses to its end, is as short as the history's shape allows.
+interface Unit {
+  step: Step;
+  /// How many of the history's steps it holds.
+  count: number;
+  selected: boolean;
+  /// The documents around it; null past the replayed part (where only maps are needed).
+  before: Node | null;
+  after: Node | null;
+}
+
+/// `a` and `b` as one step when both type (insert inline content, nothing deleted) or both
+/// delete (nothing inserted), and prosemirror-transform can merge them; else null. Typing
+/// merged with a deletion would make an inverse that deletes and restores at once, which
+/// cannot be cut around what others typed inside it.
+function merge(a: Step, b: Step): Step | null {
+  if (!(a instanceof ReplaceStep) || !(b instanceof ReplaceStep)) return null;
+  const typing = (step: ReplaceStep): boolean =>
+    step.from === step.to && step.slice.openStart === 0 && step.slice.openEnd === 0;
+  const deleting = (step: ReplaceStep): boolean => step.slice.size === 0;
+  if ((typing(a) && typing(b)) || (deleting(a) && deleting(b))) return a.merge(b);
+  return null;
+}
+
+/// Groups `steps` into units, replaying them from `base` up to `replayTo` (the steps after it
+/// need only their maps). Returns them and the document the replay reached. Throws a
+/// RangeError when a replayed step does not apply.
+function unitsOf(
+  base: Node,
+  steps: readonly HistoryStep[],
+  select: { user: string; from: number; to: number },
+  replayTo: number,
+): { units: Unit[]; doc: Node } {
+  const units: Unit[] = [];
+  let doc = base;
+  for (let i = 0; i < steps.length; i++) {
+    const step = steps[i]!.step;
+    let after: Node | null = null;
+    if (i < replayTo) {
+      const result = step.apply(doc);
+      if (!result.doc) throw new RangeError(`history step ${i} does not apply: ${result.failed}`);
+      after = result.doc;
+    }
+    const selected = i >= select.from && i < select.to && steps[i]!.user === select.user;
+    const last = units[units.length - 1];
+    const merged = last && last.selected === selected ? merge(last.step, step) : null;
+    if (last && merged) {
+      last.step = merged;
+      last.count++;
+      last.after = after;
+    } else {
+      units.push({ step, count: 1, selected, before: after ? doc : null, after });
+    }
+    if (after) doc = after;
+  }
+  return { units, doc };
 }
 
 /// Applies `steps` in order; null when one of them does not apply.
@@ -98,13 +159,26 @@ function plan(
   mirrors: Map<number, number>,
   start: number,
 ): { steps: Step[]; mirrored: boolean } | null {
-  const mapped = inverse.map(mapping.slice(start));
+  let mapped = inverse.map(mapping.slice(start));
+  // A replacement whose range and content both mapped away would change nothing: there is
+  // nothing of the undone step left to revert.
+  if (mapped instanceof ReplaceStep && mapped.from === mapped.to && mapped.slice.size === 0) {
+    mapped = null;
+  }
   if (
     !(inverse instanceof ReplaceStep) ||
     inverse.from === inverse.to ||
     !isInline(inverse, after)
   ) {
-    return mapped ? { steps: [mapped], mirrored: true } : null;
+    if (!mapped) return null;
+    // A structural inverse cannot be cut into pieces: if what it would delete now holds more
+    // than what is left of the undone step's own content, others wrote inside it since, and
+    // reverting it would take their work with it. Skipped, never forced.
+    const own = deleted(inverse).reduce(
+      (sum, [from, to]) => sum + size(mapPieces(mapping, mirrors, start, from, to)),
+      0,
+    );
+    return own === size(deleted(mapped)) ? { steps: [mapped], mirrored: true } : null;
   }
   const pieces = mapPieces(mapping, mirrors, start, inverse.from, inverse.to);
   const whole = mapped as ReplaceStep | null;
@@ -122,6 +196,23 @@ function plan(
     steps.push(new ReplaceStep(at, at, inverse.slice));
   }
   return steps.length > 0 ? { steps, mirrored: false } : null;
+}
+
+/// The ranges `step` deletes (a ReplaceAroundStep keeps its gap), in the document before it.
+function deleted(step: Step): [number, number][] {
+  const ranges: [number, number][] = [];
+  if (step instanceof ReplaceStep) {
+    ranges.push([step.from, step.to]);
+  } else if (step instanceof ReplaceAroundStep) {
+    ranges.push([step.from, step.gapFrom], [step.gapTo, step.to]);
+  }
+  return ranges.filter(([from, to]) => from < to);
+}
+
+function size(ranges: readonly [number, number][]): number {
+  let sum = 0;
+  for (const [from, to] of ranges) sum += to - from;
+  return sum;
 }
 
 /// True when `inverse` replaces inline content inside one textblock of `doc` with inline

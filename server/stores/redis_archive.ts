@@ -1,7 +1,7 @@
 import { decodeSegment, encodeSegment } from './archive.js';
 import { docKeys } from './redis_keys.js';
 import { script, type RedisConnection } from './redis_connection.js';
-import { rewriteHistoryScript } from './redis_scripts.js';
+import { rewriteHistoryScript, segmentSteps } from './redis_scripts.js';
 import type {
   ArchiveRewrite,
   CoarseWindow,
@@ -11,6 +11,7 @@ import type {
 } from './store.js';
 
 const rewriteScript = script(rewriteHistoryScript);
+const segmentStepsScript = script(segmentSteps);
 
 /// `RedisStore`'s history archive. The snapshot script writes segments (see `snapshotScript`);
 /// this reads them, keeps names, and applies retention's rewrites, all on the document's keys
@@ -36,12 +37,10 @@ export class RedisArchive implements HistoryArchive {
     withCheckpoint = true,
   ): Promise<HistorySegment | null> {
     const keys = docKeys(this.keyPrefix, docId);
-    const text = await this.connection.command(keys.history, [
-      'HGET',
-      keys.history,
-      String(baseVersion),
-    ]);
-    if (text === null || text === undefined) return null;
+    const text = withCheckpoint
+      ? await this.connection.command(keys.history, ['HGET', keys.history, String(baseVersion)])
+      : await this.connection.run(segmentStepsScript, [keys.history], [String(baseVersion)]);
+    if (text === null || text === undefined || text === '') return null;
     return decodeSegment(baseVersion, String(text), withCheckpoint);
   }
 

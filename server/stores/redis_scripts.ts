@@ -131,6 +131,18 @@ redis.call('HINCRBY', KEYS[2], 'generation', 1)
 return 'ok'
 `;
 
+// KEYS: history. ARGV: base version. Returns the segment without its checkpoint, for readers of
+// steps only, which then do not receive a whole document per segment: the text from its first
+// newline on (which decodes as a segment with no checkpoint), ' ' for a segment that is a
+// checkpoint alone, '' for none (a Lua false would become a RESP3 boolean).
+export const segmentSteps = `
+local text = redis.call('HGET', KEYS[1], ARGV[1])
+if not text then return '' end
+local nl = string.find(text, '\\n', 1, true)
+if not nl then return ' ' end
+return string.sub(text, nl)
+`;
+
 // KEYS: meta, journal, snapshot. Returns '' for an unknown document, 'orphan' when there is no
 // meta version but one of the keys exists (a journal or snapshot whose meta hash is gone, or a
 // meta hash without its version), else {version, epoch or '', snapshot JSON or '',

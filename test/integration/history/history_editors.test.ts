@@ -15,6 +15,8 @@ import {
   type Collab,
 } from '../../../server/index.js';
 import { roomsOf } from '../../../server/collab.js';
+import { typist } from '../../support/history_gen.js';
+import { delay } from '../../support/wait.js';
 import { editRandomly, openEditor, Random, waitConverged } from '../../support/editors.js';
 
 // The history against real editors on real sockets: several users type at once (their
@@ -105,6 +107,66 @@ describe('history with editors on real sockets', () => {
         { seed, numRuns, endOnFailure: true },
       );
     } finally {
+      await host.close();
+    }
+  });
+
+  it('changes attribute every character to its typist; revert takes one user back', async () => {
+    const host = await startHost();
+    const docId = 'history-attributed';
+    const editors = users.map((user) => openEditor(host.url, docId, { token: user }));
+    try {
+      await Promise.all(editors.map((editor) => editor.ready()));
+      const random = new Random(seed);
+      // Each user types characters of their own block (see history_gen.ts) at random places,
+      // and now and then deletes one, anyone's.
+      await Promise.all(
+        editors.map(async (editor, i) => {
+          for (let n = 0; n < 25; n++) {
+            await delay(random.int(0, 6));
+            const state = editor.state!;
+            const size = state.doc.content.size;
+            const at = random.int(1, size - 1);
+            if (!state.doc.resolve(at).parent.inlineContent) continue;
+            if (
+              random.int(0, 4) === 0 &&
+              at < size - 1 &&
+              state.doc.resolve(at + 1).parent.inlineContent
+            ) {
+              editor.dispatch(state.tr.delete(at, at + 1));
+            } else {
+              editor.dispatch(
+                state.tr.insertText(String.fromCharCode(0x6000 + i * 0x0800 + n), at),
+              );
+            }
+          }
+        }),
+      );
+      const rooms = roomsOf(host.collab);
+      await waitConverged(editors, () => rooms.peek(docId)!.publishedVersion);
+      const head = rooms.peek(docId)!.publishedVersion;
+      const doc = (await host.collab.documentAt(docId, head)).doc;
+      const { changes } = await host.collab.changes(docId, 0, head);
+      let attributed = 0;
+      for (const change of changes) {
+        let pos = change.fromB;
+        for (const span of change.inserted) {
+          for (const char of doc.textBetween(pos, pos + span.length)) {
+            assert.equal(typist(char), span.user, `who typed ${char}`);
+            attributed++;
+          }
+          pos += span.length;
+        }
+      }
+      assert.equal(attributed, doc.textContent.length, 'every character is in a change');
+      const others = [...doc.textContent].filter((char) => typist(char) !== 'bob');
+      const result = await host.collab.revert(docId, { user: 'bob' }, { by: 'ann' });
+      await waitConverged(editors, () => result.version);
+      const after = editors[0]!.state!.doc.textContent;
+      assert.ok(![...after].some((char) => typist(char) === 'bob'), 'bob wrote nothing left');
+      for (const char of others) assert.ok(after.includes(char), `${char} by ${typist(char)} kept`);
+    } finally {
+      for (const editor of editors) editor.close();
       await host.close();
     }
   });

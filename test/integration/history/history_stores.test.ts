@@ -206,3 +206,23 @@ describe('history edits through the room', () => {
     await collab.close();
   });
 });
+
+describe('history edits longer than a batch', () => {
+  it('splits a revert into batches of MAX_STEPS_PER_BATCH', async () => {
+    const clock = testClock();
+    const collab = createCollab({
+      store: new MemoryStore(),
+      clock: clock.now,
+      limits: { maxStepsPerBatch: 2 },
+    });
+    const docId = 'hist-long-revert';
+    await typeInto(collab, docId, 4, clock, ['ann']);
+    await typeInto(collab, docId, 5, clock, ['bob']);
+    const before = (await collab.documentAt(docId, 4)).doc;
+    const result = await collab.revert(docId, { user: 'bob' }, { by: 'ann' });
+    assert.equal(result.reverted, 5);
+    assert.equal(result.skipped, 0);
+    assert.ok((await collab.document(docId))!.doc.eq(before));
+    await collab.close();
+  });
+});

@@ -170,6 +170,35 @@ describe('revertUser', () => {
       { numRuns: 200 },
     );
   });
+
+  it('reverts a range the same given the newest document as replaying (random ranges)', () => {
+    assertProperty(
+      fc.property(
+        fc.integer({ min: 1, max: 2 ** 31 }),
+        fc.integer({ min: 1, max: 25 }),
+        fc.constantFrom(...users),
+        fc.tuple(fc.nat(), fc.nat()),
+        (seed, rounds, user, ends) => {
+          const history = randomHistory(seed, rounds, { concurrency: 0.4 });
+          const n = history.steps.length + 1;
+          const from = Math.min(ends[0] % n, ends[1] % n);
+          const to = Math.max(ends[0] % n, ends[1] % n);
+          const select = { user, from, to };
+          const replayed = revertUser(history.base, history.steps, select);
+          const given = revertUser(history.base, history.steps, select, history.head);
+          assert.deepEqual(
+            given.steps.map((step) => step.toJSON()),
+            replayed.steps.map((step) => step.toJSON()),
+          );
+          assert.deepEqual([given.reverted, given.skipped], [replayed.reverted, replayed.skipped]);
+          const mine = history.steps.slice(from, to).filter((entry) => entry.user === user).length;
+          assert.equal(given.reverted + given.skipped, mine);
+          applyAll(history.head, given.steps).check();
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
 });
 
 /// The author of the first step after which `char` is gone.
