@@ -271,7 +271,7 @@ describe('the gateway config', () => {
       assert.match(config, /set \$scriptorium_doc \$scriptorium_query_doc;/);
       assert.match(
         config,
-        /location ~\* \^\/docs\/\(\[\^\/\]\+\)\/\?\$ \{\s+set \$scriptorium_doc \$1;/,
+        /location ~\* \^\/docs\/\(\[\^\/\]\+\)\(\/\.\*\)\?\$ \{\s+set \$scriptorium_doc \$1;/,
       );
       assert.match(config, /proxy_set_header Upgrade \$http_upgrade;/);
       assert.equal(config.match(/server 127\.0\.0\.1:410[123] max_fails=1/g)?.length, 6);
