@@ -7,21 +7,14 @@ import {
   DocAttrStep,
   RemoveMarkStep,
   RemoveNodeMarkStep,
-  StepMap,
   type Step,
 } from 'prosemirror-transform';
+import { MapRuns, type Author } from './map_runs.js';
 import type { AttributedChange, HistoryStep, Span } from './types.js';
 
 // The attributed difference between two versions: prosemirror-changeset over the steps' maps
 // for what was inserted and deleted, and a second pass for formatting (mark and attribute
 // steps), whose maps are empty, so the change set cannot see them.
-
-/// Who made a step, as each span of a change carries it.
-interface Author {
-  user: string | null;
-  clientID: string;
-  at: number;
-}
 
 /// A stretch of the newer document and the step that last formatted it.
 interface Owner {
@@ -45,13 +38,7 @@ export function attributedChanges(
   steps: readonly HistoryStep[],
   head?: Node,
 ): AttributedChange[] {
-  const maps: StepMap[] = [];
-  const authors: Author[] = [];
-  // The same maps, each formatting step as a map that replaces the range it touched by as
-  // much: a change set over these tells who formatted each stretch last.
-  const formatMaps: StepMap[] = [];
-  const formatters: (Author | null)[] = [];
-  let formatted = false;
+  const runs = new MapRuns();
   let doc: Node | null = head ? null : base;
   for (let i = 0; i < steps.length; i++) {
     const entry = steps[i]!;
@@ -61,10 +48,7 @@ export function attributedChanges(
       if (!result.doc) throw new RangeError(`history step ${i} does not apply: ${result.failed}`);
       after = result.doc;
     }
-    const map = entry.step.getMap();
-    const author: Author = { user: entry.user, clientID: entry.clientID, at: entry.at };
-    const ranges = rangeCount(map);
-    if (ranges === 0) {
+    if (!runs.add(entry)) {
       let range = touched(entry.step);
       if (range === undefined) {
         // A step of a kind this does not know, which moves nothing: what it touched is found
@@ -72,28 +56,22 @@ export function attributedChanges(
         if (!doc) return attributedChanges(base, steps);
         range = differingRange(doc, after!);
       }
-      if (range) {
-        const size = range.to - range.from;
-        formatMaps.push(new StepMap([range.from, size, size]));
-        formatters.push(author);
-        formatted = true;
-      }
-    } else {
-      const only = ranges === 1 ? firstRange(map) : null;
-      addMap(maps, authors, map, only, author);
-      addMap(formatMaps, formatters, map, only, null);
+      if (range) runs.format(range.from, range.to, entry);
     }
     if (doc) doc = after;
   }
+  runs.flush();
   const last = head ?? doc!;
   const text = ChangeSet.create<Author | null>(base, combineAuthors, encoder)
-    .addSteps(last, maps, authors)
+    .addSteps(last, runs.maps, runs.authors)
     .changes.map(toJSON);
-  if (!formatted) return text;
+  if (!runs.formatMaps) return text;
+  // Who formatted each stretch last: a change set over the same maps, each formatting step a
+  // replacement of the range it touched by as much, merged as text changes are.
   const formatting = ChangeSet.create<Author | null>(base, combineAuthors, encoder).addSteps(
     last,
-    formatMaps,
-    formatters,
+    runs.formatMaps,
+    runs.formatters!,
   );
   return withFormatting(text, owners(formatting.changes), base, last);
 }
@@ -133,68 +111,6 @@ function owners(changes: readonly Change<Author | null>[]): Owner[] {
     }
   }
   return out;
-}
-
-/// Appends `map` by `author`, or, when it continues the previous map's insertion (typing on at
-/// the end of what the same author just typed), widens that one instead. The change set would
-/// merge the two into the same change and span; doing it here spares it most of its merging
-/// on a history of typing. `only` is the map's range when it has just one.
-function addMap<T extends Author | null>(
-  maps: StepMap[],
-  data: T[],
-  map: StepMap,
-  only: Range | null,
-  author: T,
-): void {
-  const last = maps.length - 1;
-  if (only && only.oldSize === 0 && last >= 0 && sameAuthor(data[last]!, author)) {
-    const previous = rangeCount(maps[last]!) === 1 ? firstRange(maps[last]!) : null;
-    if (previous && only.start === previous.start + previous.newSize) {
-      maps[last] = new StepMap([previous.start, previous.oldSize, previous.newSize + only.newSize]);
-      data[last] = author;
-      return;
-    }
-  }
-  maps.push(map);
-  data.push(author);
-}
-
-function sameAuthor(a: Author | null, b: Author | null): boolean {
-  return a === b || (a !== null && b !== null && a.user === b.user && a.clientID === b.clientID);
-}
-
-/// One range of a step map: where it starts, how much it replaced and by how much.
-interface Range {
-  start: number;
-  oldSize: number;
-  newSize: number;
-}
-
-// StepMap keeps its ranges private; forEach is the public way to them. One reused callback
-// state, not a closure per step: this runs once or twice per step of the history.
-let counted = 0;
-const found: Range = { start: 0, oldSize: 0, newSize: 0 };
-function count(): void {
-  counted++;
-}
-function first(oldStart: number, oldEnd: number, newStart: number, newEnd: number): void {
-  if (counted++ > 0) return;
-  found.start = oldStart;
-  found.oldSize = oldEnd - oldStart;
-  found.newSize = newEnd - newStart;
-}
-
-function rangeCount(map: StepMap): number {
-  counted = 0;
-  map.forEach(count);
-  return counted;
-}
-
-/// The map's first range (a copy).
-function firstRange(map: StepMap): Range {
-  counted = 0;
-  map.forEach(first);
-  return { start: found.start, oldSize: found.oldSize, newSize: found.newSize };
 }
 
 /// Spans join when the same user on the same client made them; the joined span keeps the
