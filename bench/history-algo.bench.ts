@@ -78,59 +78,55 @@ const base = schema.node('doc', null, [
   schema.node('paragraph', null, schema.text('The history of this document starts here.')),
 ]);
 const { steps, head } = typingHistory(base, stepCount);
-const applyTimes: number[] = [];
-const changeTimes: number[] = [];
-const headTimes: number[] = [];
-const revertLastTimes: number[] = [];
-const revertAllTimes: number[] = [];
-const restoreTimes: number[] = [];
-let changeCount = 0;
-let revertedLast = 0;
-let revertedAll = 0;
-for (let r = 0; r < runs; r++) {
-  const a0 = performance.now();
+
+/// The median time of `count` calls of `f`, after `warmup` untimed ones (the JIT's), and its
+/// last result.
+function timed<T>(count: number, warmup: number, f: () => T): { ms: number; result: T } {
+  let result = f();
+  for (let i = 1; i < warmup; i++) result = f();
+  const times: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const t0 = performance.now();
+    result = f();
+    times.push(performance.now() - t0);
+  }
+  return { ms: median(times), result };
+}
+
+const replay = timed(runs, 1, () => {
   let doc = base;
   for (const entry of steps) doc = entry.step.apply(doc).doc!;
-  applyTimes.push(performance.now() - a0);
   if (!doc.eq(head)) throw new Error('replay diverged');
-  const c0 = performance.now();
-  changeCount = attributedChanges(base, steps).length;
-  changeTimes.push(performance.now() - c0);
-  const h0 = performance.now();
-  attributedChanges(base, steps, head);
-  headTimes.push(performance.now() - h0);
-  // One writer's last 1,000 steps, then all of theirs, given the newest document.
-  const l0 = performance.now();
-  revertedLast = revertUser(
-    base,
-    steps,
-    { user: 'ann', from: steps.length - 1000, to: steps.length },
-    head,
-  ).reverted;
-  revertLastTimes.push(performance.now() - l0);
-  const v0 = performance.now();
-  revertedAll = revertUser(base, steps, { user: 'ann', from: 0, to: steps.length }, head).reverted;
-  revertAllTimes.push(performance.now() - v0);
-  const s0 = performance.now();
-  restoreSteps(head, base);
-  restoreTimes.push(performance.now() - s0);
-}
+});
+const replaying = timed(runs, 1, () => attributedChanges(base, steps));
+const given = timed(21, 3, () => attributedChanges(base, steps, head));
+// One writer's steps among the last 1,000 and the last 10,000, given the newest document:
+// revertUser still replays from the start to the range's end, and maps each reverted step
+// over every later one.
+const last = (count: number) =>
+  timed(runs, 1, () => {
+    const from = Math.max(0, steps.length - count);
+    return revertUser(base, steps, { user: 'ann', from, to: steps.length }, head).reverted;
+  });
+const revertLast = last(1_000);
+const revertMore = last(10_000);
+const restore = timed(21, 3, () => restoreSteps(head, base));
 console.log(
   `node ${process.version}, ${steps.length} steps, ${head.content.size} positions, turn chance ${turnChance}`,
 );
 console.log('| measure | median (ms) |');
 console.log('|---|---|');
-console.log(`| apply the steps alone | ${median(applyTimes).toFixed(1)} |`);
+console.log(`| apply the steps alone | ${replay.ms.toFixed(1)} |`);
 console.log(
-  `| attributedChanges, replaying (${changeCount} changes) | ${median(changeTimes).toFixed(1)} |`,
+  `| attributedChanges, replaying (${replaying.result.length} changes) | ${replaying.ms.toFixed(1)} |`,
 );
-console.log(`| attributedChanges, given the newest document | ${median(headTimes).toFixed(1)} |`);
-console.log(
-  `| revertUser, one writer's steps among the last 1,000 (${revertedLast}) | ${median(revertLastTimes).toFixed(1)} |`,
-);
-console.log(
-  `| revertUser, all of one writer's steps (${revertedAll}) | ${median(revertAllTimes).toFixed(1)} |`,
-);
-console.log(
-  `| restoreSteps, newest document back to the first | ${median(restoreTimes).toFixed(1)} |`,
-);
+console.log(`| attributedChanges, given the newest document | ${given.ms.toFixed(1)} |`);
+for (const [range, result] of [
+  ['1,000', revertLast],
+  ['10,000', revertMore],
+] as const) {
+  console.log(
+    `| revertUser, one writer's ${result.result} steps among the last ${range} | ${result.ms.toFixed(1)} |`,
+  );
+}
+console.log(`| restoreSteps, newest document back to the first | ${restore.ms.toFixed(1)} |`);
