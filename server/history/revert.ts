@@ -17,7 +17,8 @@ import type { HistoryStep } from './types.js';
 // One departure: the inverse of typing deletes a range, and others may since have typed inside
 // it. prosemirror-history deletes their text with it; here the range is cut into the pieces
 // that still hold the reverted step's own content (mapped piece by piece, mirrors included),
-// and only those are deleted.
+// and only those are deleted. A structural inverse (a wrap undone, a replace across blocks)
+// cannot be cut so: when others wrote inside what it would delete, it is skipped.
 
 /// What `revertUser` returns: the steps to apply, in order, to the newest document, and how many
 /// of the user's steps they revert and how many no longer applied.
@@ -29,9 +30,10 @@ export interface Reverted {
 
 /// Inverts the steps by `select.user` among `steps[select.from .. select.to)` (half-open indexes
 /// into `steps`, which run from `base` to the newest document), newest first, each mapped over
-/// every later step and every inverse already made. A step whose inverse maps to nothing or no
-/// longer applies is skipped and counted, never forced. Returns steps that apply in order to
-/// the document after `steps`.
+/// every later step and every inverse already made. A step whose inverse maps to nothing, no
+/// longer applies, or would delete what others wrote inside it since is skipped and counted,
+/// never forced. Returns steps that apply in order to the document after `steps`; `reverted`
+/// and `skipped` count steps of `steps`.
 ///
 /// `head`, the document after `steps`, spares replaying the steps after the range when the
 /// caller has it; it is trusted. Throws a RangeError when a step it replays does not apply.
