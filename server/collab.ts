@@ -75,7 +75,8 @@ export interface Collab {
   /// longer kept (coarsened or past retention), and as `history` does.
   documentAt(docId: string, version: number): Promise<{ version: number; doc: Node }>;
   /// What changed from `fromVersion` to `toVersion`: prosemirror-changeset's changes, every
-  /// inserted and deleted span attributed to who wrote it and when. Rejects as `documentAt`.
+  /// inserted and deleted span attributed to who wrote it and when. Rejects as `documentAt`,
+  /// and with `too-large` past `HISTORY_MAX_DIFF_STEPS` steps.
   changes(docId: string, fromVersion: number, toVersion: number): Promise<ChangesResult>;
   /// Names `version` (replacing a name it had); named versions are never pruned. Resolves
   /// with the named version; rejects as `documentAt` does, and with `bad-request` for a name
@@ -94,7 +95,8 @@ export interface Collab {
   /// Undoes what `user` wrote between `fromVersion` (0 by default) and `toVersion` (the head),
   /// keeping everyone else's edits: each of their steps inverted and mapped over every later
   /// step; what no longer applies is skipped and counted. Appended as `restore`'s steps are,
-  /// as `by`. Rejects as `restore` does.
+  /// as `by`. Rejects as `restore` does, and with `too-large` when `fromVersion` is more than
+  /// `HISTORY_MAX_REVERT_STEPS` steps before the head.
   revert(
     docId: string,
     select: { user: string; fromVersion?: number; toVersion?: number },
@@ -154,6 +156,8 @@ export function createCollab(options: CollabOptions = {}): Collab {
       loadError: codedLoadError,
       draining: () => parts.state.draining,
       maxStepsPerBatch: parts.config.maxStepsPerBatch,
+      maxDiffSteps: parts.config.historyMaxDiffSteps,
+      maxRevertSteps: parts.config.historyMaxRevertSteps,
     }),
   };
   registries.set(collab, parts.rooms);

@@ -193,6 +193,20 @@ export const settings = {
     'limit',
     "a document's stored history past this many bytes is coarsened from its oldest end whatever its age, then thinned (`history-gone` there)",
   ),
+  historyMaxDiffSteps: whole(
+    'HISTORY_MAX_DIFF_STEPS',
+    50_000,
+    [1, 10_000_000],
+    'limit',
+    'most steps one `changes` request may span (`too-large` past it): a diff is computed on the event loop',
+  ),
+  historyMaxRevertSteps: whole(
+    'HISTORY_MAX_REVERT_STEPS',
+    5_000,
+    [1, 10_000_000],
+    'limit',
+    "most steps from a revert's `fromVersion` to the head (`too-large` past it): its cost grows with the square of the steps",
+  ),
   maxStepsPerBatch: whole(
     'MAX_STEPS_PER_BATCH',
     1_000,

@@ -37,6 +37,11 @@ export interface HistoryDeps {
   draining: () => boolean;
   /// The most steps one batch may carry (`MAX_STEPS_PER_BATCH`): longer edits go as several.
   maxStepsPerBatch: number;
+  /// The most steps `changes` may span (`HISTORY_MAX_DIFF_STEPS`) and a revert may cover from
+  /// its start to the head (`HISTORY_MAX_REVERT_STEPS`): both are computed on the event loop,
+  /// a revert in time growing with the square of its steps.
+  maxDiffSteps: number;
+  maxRevertSteps: number;
 }
 
 /// The history half of `Collab` (see its doc comments there).
@@ -71,10 +76,8 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
       const stretch = await readStretch(store, schema, docId, version, version);
       return { version, doc: stretch.doc };
     },
-    async changes(docId, fromVersion, toVersion) {
-      deps.checkDocId(docId);
-      const stretch = await readStretch(store, schema, docId, fromVersion, toVersion);
-      return { fromVersion, toVersion, changes: attributedChanges(stretch.doc, stretch.steps) };
+    changes(docId, fromVersion, toVersion) {
+      return changesBetween(deps, docId, fromVersion, toVersion);
     },
     async nameVersion(docId, version, name, options) {
       deps.checkDocId(docId);
@@ -108,13 +111,16 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
       checkVersion(from, stored.version);
       checkVersion(to, stored.version);
       if (to < from) throw new CodedError('bad-request', `version ${to} is before ${from}`);
+      if (stored.version - from > deps.maxRevertSteps) throw tooLong('revert', deps.maxRevertSteps);
       const stretch = await readStretch(store, schema, docId, from, null);
       const room = await writableRoom(deps, docId);
-      const outcome = revertUser(stretch.doc, stretch.steps, {
-        user: select.user,
-        from: 0,
-        to: to - from,
-      });
+      const current = room.current();
+      const outcome = revertUser(
+        stretch.doc,
+        stretch.steps,
+        { user: select.user, from: 0, to: to - from },
+        current.version === stretch.head ? current.doc : undefined,
+      );
       if (outcome.steps.length === 0)
         return { version: room.publishedVersion, reverted: 0, skipped: outcome.skipped };
       // Made at the stored head: an editor's batch made there, which the authority rebases
@@ -128,6 +134,44 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
       return { version, reverted: outcome.reverted, skipped: outcome.skipped };
     },
   };
+}
+
+/// `Collab.changes`: bounded by `maxDiffSteps`.
+async function changesBetween(
+  deps: HistoryDeps,
+  docId: string,
+  fromVersion: number,
+  toVersion: number,
+): Promise<ChangesResult> {
+  const { store, schema } = deps;
+  deps.checkDocId(docId);
+  if (Number.isSafeInteger(fromVersion) && toVersion - fromVersion > deps.maxDiffSteps)
+    throw tooLong('changes', deps.maxDiffSteps);
+  const stretch = await readStretch(store, schema, docId, fromVersion, toVersion);
+  // Past a snapshot interval or so, the document at `toVersion` read from its checkpoint
+  // costs less than replaying every step, and the change set then only maps them.
+  const head =
+    stretch.steps.length > replayBelowSteps
+      ? (await readStretch(store, schema, docId, toVersion, toVersion)).doc
+      : undefined;
+  return {
+    fromVersion,
+    toVersion,
+    changes: attributedChanges(stretch.doc, stretch.steps, head),
+  };
+}
+
+/// Steps `changes` replays rather than reading the newer document from its checkpoint.
+const replayBelowSteps = 1_000;
+
+/// `too-large` for a `what` request spanning more than `max` steps.
+function tooLong(what: 'changes' | 'revert', max: number): CodedError {
+  return new CodedError(
+    'too-large',
+    what === 'changes'
+      ? `changes may span at most ${max} steps (HISTORY_MAX_DIFF_STEPS): ask for a shorter range`
+      : `a revert may start at most ${max} steps before the head (HISTORY_MAX_REVERT_STEPS): revert a more recent range`,
+  );
 }
 
 /// The room of `docId` on this node, for a write. Rejects with a `CodedError`.

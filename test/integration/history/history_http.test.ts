@@ -334,3 +334,46 @@ describe('history routes past retention', () => {
     assert.equal(await text(server, docId), 'Twenty characters!!!');
   });
 });
+
+describe('history routes over long ranges', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({
+      authSecret: secret,
+      historyMaxDiffSteps: 6,
+      historyMaxRevertSteps: 6,
+    });
+  });
+  after(async () => {
+    await server?.close();
+  });
+
+  it('refuses changes and reverts spanning more steps than the limits, 413 too-large', async () => {
+    const docId = 'long-ranges';
+    const writer = await token('ann', docId, 'write');
+    await type(server, docId, 'bob', 'abcd');
+    const head = await type(server, docId, 'ann', 'efgh');
+    assert.equal(head, 8);
+    const d = `/docs/${docId}`;
+    const wide = await call(server, 'GET', `${d}/changes?from=0&to=8`, { token: writer });
+    assert.equal(wide.status, 413);
+    assert.equal(wide.body['code'], 'too-large');
+    assert.match(String(wide.body['message']), /HISTORY_MAX_DIFF_STEPS/);
+    const narrow = await call(server, 'GET', `${d}/changes?from=2&to=8`, { token: writer });
+    assert.equal(narrow.status, 200);
+    const early = await call(server, 'POST', `${d}/revert`, {
+      token: writer,
+      body: { user: 'bob', fromVersion: 0 },
+    });
+    assert.equal(early.status, 413);
+    assert.equal(early.body['code'], 'too-large');
+    assert.equal(await text(server, docId), 'abcdefgh', 'a refused revert changes nothing');
+    const recent = await call(server, 'POST', `${d}/revert`, {
+      token: writer,
+      body: { user: 'bob', fromVersion: 2 },
+    });
+    assert.equal(recent.status, 200);
+    assert.equal(recent.body['reverted'], 2);
+    assert.equal(await text(server, docId), 'abefgh');
+  });
+});
