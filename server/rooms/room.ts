@@ -12,6 +12,7 @@ import type { Authority } from '../core/authority.js';
 import type { Lease, Store } from '../stores/store.js';
 import { BatchQueue, groupSteps, type PendingBatch } from './batch_queue.js';
 import type { CodedError } from './coded_error.js';
+import { flushWaitMs, processLoad, smoothFlushCost } from './flush_policy.js';
 import { ClientLedger } from './ledger.js';
 import { LeaseState } from './lease_state.js';
 import { Recovery } from './room_recovery.js';
@@ -68,8 +69,10 @@ export class Room {
   private readonly recovery: Recovery;
   private readonly queue: BatchQueue;
   private flushScheduled = false;
-  /// When the last flush started (ms, `performance.now()`).
+  /// When the last flush started (ms, `performance.now()`), and what a flush's broadcast and
+  /// acknowledgements have cost lately (ms, smoothed): signals of the flush policy.
   private lastFlushAt = -Infinity;
+  private flushCostMs = 0;
   private readonly flushBound = (): void => this.flush();
   /// `publishedDoc.toJSON()`, made once per published version for every join, pull and
   /// snapshot that needs the whole document (`docJSONVersion` says which version it is).
@@ -288,16 +291,20 @@ export class Room {
   }
 
   /// Flushes after the I/O callbacks of this turn (every batch that arrived in it joins one
-  /// append and one broadcast), or, when the last flush started less than the room's flush
-  /// interval ago, once that interval is over: under load the batches of the interval go
-  /// together.
+  /// append and one broadcast), or later when the flush policy says the process or this room
+  /// is under pressure (`flushWaitMs`): then the batches of that wait go together.
   private scheduleFlush(): void {
     this.flushScheduled = true;
-    const interval = Math.min(
-      this.options.flushIntervalMs,
-      (this.sockets * this.options.flushUsPerSocket) / 1000,
+    const now = performance.now();
+    const wait = flushWaitMs(
+      {
+        sinceLastFlushMs: now - this.lastFlushAt,
+        flushCostMs: this.flushCostMs,
+        sockets: this.sockets,
+        utilisation: processLoad.utilisation(now),
+      },
+      this.options,
     );
-    const wait = this.lastFlushAt + interval - performance.now();
     if (wait < 1) setImmediate(this.flushBound);
     else setTimeout(this.flushBound, wait);
   }
@@ -430,6 +437,7 @@ export class Room {
         });
       }
     }
+    this.flushCostMs = smoothFlushCost(this.flushCostMs, performance.now() - persisted);
     this.queue.landed();
     this.snapshots.published();
     this.flushNextOrSettle();

@@ -26,15 +26,17 @@ export interface BatchObserver {
 
 /// Room settings taken from the server configuration.
 export interface RoomOptions {
-  /// The most time between the starts of two flushes of a busy room (ms). A batch that
-  /// arrives after a quiet spell is flushed at the end of its event-loop turn; while batches
-  /// keep arriving, those of the next interval wait and go together: one journal append, one
-  /// broadcast frame per socket instead of one per batch. The interval is `flushUsPerSocket` µs
-  /// per joined socket, up to this: a flush costs a frame per socket, so a room's frames per
-  /// second stay bounded whatever its size, and a small room waits next to nothing.
-  /// 0 flushes every turn.
+  /// The most time a batch waits for its flush (ms), the ceiling of the flush policy
+  /// (`flushWaitMs`): a batch is flushed at the end of its event-loop turn while the process
+  /// has headroom, and batches are gathered into one flush (one journal append, one broadcast
+  /// frame per socket instead of one per batch) only under pressure. 0 flushes every turn.
   flushIntervalMs: number;
+  /// Under pressure (the event loop busy), the gathering time per joined socket (µs), up to
+  /// `flushIntervalMs`: a flush costs a frame per socket, so a busy room's frames per second
+  /// stay bounded whatever its size.
   flushUsPerSocket: number;
+  /// The event loop busy (%) past which the process is under pressure; 0: always.
+  flushBusyPercent: number;
   snapshotEverySteps: number;
   snapshotEveryMs: number;
   /// Written into every snapshot: the version of the schema its document was made with.
