@@ -423,7 +423,7 @@ export class Room {
     for (let i = 0; i < group.length; i++) {
       const batch = group[i]!;
       this.ledger.set(batch.clientID, batch.version);
-      this.queue.accepted(batch, persisted);
+      this.queue.accepted(batch, persisted, this.lastFlushAt);
     }
     if (this.hooks.accepted) {
       for (let i = 0; i < group.length; i++) {

@@ -11,7 +11,8 @@ export interface RoomTransport {
 
 /// Receives the outcome and timings of every `steps` message: 'accepted' or an error code,
 /// and milliseconds from `performance.now()` when it was received, validated and applied,
-/// persisted (NaN when it never got that far) and answered. `MetricsRecorder` is one.
+/// persisted (NaN when it never got that far) and answered, and, for an accepted batch, when
+/// its flush took it (the time between applied and taken is the hold). `MetricsRecorder` is one.
 export interface BatchObserver {
   record(
     docId: string,
@@ -21,6 +22,7 @@ export interface BatchObserver {
     applied: number,
     persisted: number,
     sent: number,
+    taken?: number,
   ): void;
 }
 
