@@ -64,6 +64,36 @@ export function smoothFlushCost(previousMs: number, costMs: number): number {
   return previousMs + (costMs - previousMs) * costWeight;
 }
 
+/// One room's side of the policy: when its last flush started and what its flushes cost.
+export class FlushPacer {
+  /// When the last flush started (ms, `performance.now()`): the batches it took were held
+  /// from when they were applied until then.
+  startedAt = -Infinity;
+  /// What a flush's broadcast and acknowledgements have cost lately (ms, smoothed).
+  costMs = 0;
+
+  constructor(private readonly load: LoadGauge) {}
+
+  /// How long a batch that finds no flush scheduled waits for one (`flushWaitMs`), as of now.
+  waitMs(sockets: number, limits: FlushLimits): number {
+    const now = performance.now();
+    return flushWaitMs(
+      {
+        sinceLastFlushMs: now - this.startedAt,
+        flushCostMs: this.costMs,
+        sockets,
+        utilisation: this.load.utilisation(now),
+      },
+      limits,
+    );
+  }
+
+  /// A flush's broadcast and acknowledgements took `costMs`.
+  published(costMs: number): void {
+    this.costMs = smoothFlushCost(this.costMs, costMs);
+  }
+}
+
 /// The event loop's recent utilisation for the whole process, shared by every room: sampled
 /// from `performance.eventLoopUtilization()` at most every `sampleMs`, and smoothed over about
 /// `spanMs`, so reading it per flush costs a clock read and, now and then, one small object.

@@ -12,7 +12,7 @@ import type { Authority } from '../core/authority.js';
 import type { Lease, Store } from '../stores/store.js';
 import { BatchQueue, groupSteps, type PendingBatch } from './batch_queue.js';
 import type { CodedError } from './coded_error.js';
-import { flushWaitMs, processLoad, smoothFlushCost } from './flush_policy.js';
+import { FlushPacer, processLoad } from './flush_policy.js';
 import { ClientLedger } from './ledger.js';
 import { LeaseState } from './lease_state.js';
 import { Recovery } from './room_recovery.js';
@@ -69,10 +69,7 @@ export class Room {
   private readonly recovery: Recovery;
   private readonly queue: BatchQueue;
   private flushScheduled = false;
-  /// When the last flush started (ms, `performance.now()`), and what a flush's broadcast and
-  /// acknowledgements have cost lately (ms, smoothed): signals of the flush policy.
-  private lastFlushAt = -Infinity;
-  private flushCostMs = 0;
+  private readonly pacer = new FlushPacer(processLoad);
   private readonly flushBound = (): void => this.flush();
   /// `publishedDoc.toJSON()`, made once per published version for every join, pull and
   /// snapshot that needs the whole document (`docJSONVersion` says which version it is).
@@ -295,16 +292,7 @@ export class Room {
   /// is under pressure (`flushWaitMs`): then the batches of that wait go together.
   private scheduleFlush(): void {
     this.flushScheduled = true;
-    const now = performance.now();
-    const wait = flushWaitMs(
-      {
-        sinceLastFlushMs: now - this.lastFlushAt,
-        flushCostMs: this.flushCostMs,
-        sockets: this.sockets,
-        utilisation: processLoad.utilisation(now),
-      },
-      this.options,
-    );
+    const wait = this.pacer.waitMs(this.sockets, this.options);
     if (wait < 1) setImmediate(this.flushBound);
     else setTimeout(this.flushBound, wait);
   }
@@ -380,7 +368,7 @@ export class Room {
       return;
     }
     const group = this.queue.takeGroup();
-    this.lastFlushAt = performance.now();
+    this.pacer.startedAt = performance.now();
     const baseVersion = this.publishedVersion;
     const { steps, clientIDs } = groupSteps(group);
     let appended: ReturnType<Store['append']>;
@@ -423,7 +411,7 @@ export class Room {
     for (let i = 0; i < group.length; i++) {
       const batch = group[i]!;
       this.ledger.set(batch.clientID, batch.version);
-      this.queue.accepted(batch, persisted, this.lastFlushAt);
+      this.queue.accepted(batch, persisted, this.pacer.startedAt);
     }
     if (this.hooks.accepted) {
       for (let i = 0; i < group.length; i++) {
@@ -437,7 +425,7 @@ export class Room {
         });
       }
     }
-    this.flushCostMs = smoothFlushCost(this.flushCostMs, performance.now() - persisted);
+    this.pacer.published(performance.now() - persisted);
     this.queue.landed();
     this.snapshots.published();
     this.flushNextOrSettle();
