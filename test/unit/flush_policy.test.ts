@@ -69,8 +69,10 @@ describe('LoadGauge', () => {
     }
     const busy = gauge.utilisation(performance.now());
     assert.ok(busy > 0.8, `busy loop read as ${busy}`);
-    await new Promise((resolve) => setTimeout(resolve, 120));
+    // Idle for six spans: on a loaded machine a timer's callback may still start late, which
+    // counts as busy, so only "well below pressure" is asserted.
+    await new Promise((resolve) => setTimeout(resolve, 300));
     const idle = gauge.utilisation(performance.now());
-    assert.ok(idle < 0.2, `idle loop read as ${idle}`);
+    assert.ok(idle < 0.4, `idle loop read as ${idle}`);
   });
 });
