@@ -404,14 +404,19 @@ export class Room {
     const last = group[group.length - 1]!;
     this.version = last.version;
     this.doc = last.doc;
-    // One broadcast for the whole group, encoded once by the adapter for every socket; it is
-    // written before the acknowledgements below, so each sender sees its steps confirmed by
-    // the broadcast first.
-    this.transport.broadcast(this.docId, { version: last.version, steps, clientIDs });
-    for (let i = 0; i < group.length; i++) {
-      const batch = group[i]!;
-      this.ledger.set(batch.clientID, batch.version);
-      this.queue.accepted(batch, persisted, this.pacer.startedAt);
+    // One broadcast for the whole group, encoded once by the adapter for every socket, before
+    // the acknowledgements, so each sender sees its steps confirmed by the broadcast first;
+    // corked, each socket gets both in one write (released even if one throws: `fail` writes).
+    this.transport.cork?.(this.docId);
+    try {
+      this.transport.broadcast(this.docId, { version: last.version, steps, clientIDs });
+      for (let i = 0; i < group.length; i++) {
+        const batch = group[i]!;
+        this.ledger.set(batch.clientID, batch.version);
+        this.queue.accepted(batch, persisted, this.pacer.startedAt);
+      }
+    } finally {
+      this.transport.uncork?.();
     }
     if (this.hooks.accepted) {
       for (let i = 0; i < group.length; i++) {

@@ -6,6 +6,10 @@ import type { StepsBroadcast } from '../../schema/events.js';
 /// (`retryAfterMs`: when to come back, for `closing`).
 export interface RoomTransport {
   broadcast(docId: string, message: StepsBroadcast): void;
+  /// Optional: holds the writes to the document's sockets until `uncork`, so that what one
+  /// flush sends to a socket (the broadcast, its sender's acknowledgement) goes in one write.
+  cork?(docId: string): void;
+  uncork?(): void;
   evict(docId: string, code: ErrorCode, message: string, retryAfterMs: number): void;
 }
 
