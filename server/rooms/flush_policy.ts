@@ -58,10 +58,14 @@ export function flushWaitMs(signals: FlushSignals, limits: FlushLimits): number 
 /// its sockets within a few flushes, and one slow flush (a GC pause) does not make it gather.
 const costWeight = 0.25;
 
-/// The smoothed flush cost after a flush that took `costMs`; the first flush sets it.
+/// The smoothed flush cost after a flush that took `costMs`; the first flush sets it. A flush
+/// the OS preempted (or a GC paused) reads long though it cost no more, and on a shared
+/// machine that is common: one sample counts as at most twice the smoothed cost, so an outlier
+/// moves it by a quarter at most, while a room that grew catches up within a few flushes.
 export function smoothFlushCost(previousMs: number, costMs: number): number {
   if (!(previousMs > 0)) return costMs;
-  return previousMs + (costMs - previousMs) * costWeight;
+  const sample = costMs > previousMs * 2 ? previousMs * 2 : costMs;
+  return previousMs + (sample - previousMs) * costWeight;
 }
 
 /// One room's side of the policy: when its last flush started and what its flushes cost.

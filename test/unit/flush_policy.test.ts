@@ -52,10 +52,16 @@ describe('flushWaitMs', () => {
 describe('smoothFlushCost', () => {
   it('takes the first cost, then moves a quarter of the way to each new one', () => {
     assert.equal(smoothFlushCost(0, 2), 2);
-    assert.equal(smoothFlushCost(2, 6), 3);
+    assert.equal(smoothFlushCost(2, 3), 2.25);
+    assert.equal(smoothFlushCost(2, 1), 1.75);
     let cost = 1;
-    for (let i = 0; i < 20; i++) cost = smoothFlushCost(cost, 4);
+    for (let i = 0; i < 30; i++) cost = smoothFlushCost(cost, 4);
     assert.ok(Math.abs(cost - 4) < 0.01, `${cost} follows a lasting change`);
+  });
+
+  it('lets one preempted flush move the cost by a quarter at most', () => {
+    // A 0.2 ms flush descheduled for 20 ms: at face value the room would gather for 20 ms.
+    assert.equal(smoothFlushCost(0.2, 20), 0.25);
   });
 });
 
