@@ -51,6 +51,10 @@ export interface ServerSteady {
   p90Ms: number | null;
   p99Ms: number | null;
   maxMs: number | null;
+  /// Medians of the windows' processing p90/p99 and hold p99 (null from a server without them).
+  processingP90Ms: number | null;
+  processingP99Ms: number | null;
+  holdP99Ms: number | null;
   rejections: Record<string, number>;
 }
 
@@ -190,6 +194,9 @@ function serverSteady(steady: readonly SwarmWindow[]): ServerSteady | null {
     p90Ms: median(values((w) => w.p90Ms)),
     p99Ms: median(values((w) => w.p99Ms)),
     maxMs: maxes.length === 0 ? null : Math.max(...maxes),
+    processingP90Ms: median(values((w) => w.processingP90Ms)),
+    processingP99Ms: median(values((w) => w.processingP99Ms)),
+    holdP99Ms: median(values((w) => w.holdP99Ms)),
     rejections,
   };
 }

@@ -6,11 +6,13 @@ import type { LevelResult, SwarmProgress, SwarmResult } from './swarm.js';
 /// confirmed per second, edit-to-confirm p90/p99 over the merged steady windows, the share
 /// of `steps` messages refused, and whether every document converged; last, the edits offered
 /// and made per second, which differ when the simulator could not keep its own schedule
-/// (`generator-limited`). Columns are only ever added at the end: other tools read the rest.
+/// (`generator-limited`); then the server's processing p90/p99 and hold p99 (the latency split
+/// in the time spent on a message and the time it waited for its flush, medians over steady
+/// windows). Columns are only ever added at the end: other tools read the rest.
 export function summaryTable(result: SwarmResult): string {
   const rows = [
-    '| Editors | Steady RPS | p90 (ms) | p99 (ms) | State | Docs | RTT (ms) | Confirmed edits/s | Client p90 (ms) | Client p99 (ms) | Refused | Converged | Offered edits/s | Made edits/s |',
-    '| ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: |',
+    '| Editors | Steady RPS | p90 (ms) | p99 (ms) | State | Docs | RTT (ms) | Confirmed edits/s | Client p90 (ms) | Client p99 (ms) | Refused | Converged | Offered edits/s | Made edits/s | Processing p90 (ms) | Processing p99 (ms) | Hold p99 (ms) |',
+    '| ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const level of result.levels) rows.push(summaryRow(level));
   return rows.join('\n');
@@ -38,6 +40,9 @@ function summaryRow(level: LevelResult): string {
         : `NO: ${level.convergence.failures.length}`,
     fixed(steady.offeredPerSec, 1),
     steady.windows === 0 ? '–' : fixed(steady.editsPerSec, 1),
+    fixed(server?.processingP90Ms, 2),
+    fixed(server?.processingP99Ms, 2),
+    fixed(server?.holdP99Ms, 2),
   ];
   return `| ${cells.join(' | ')} |`;
 }
@@ -45,8 +50,8 @@ function summaryRow(level: LevelResult): string {
 /// One line per window of a level: the simulator's and the server's figures side by side.
 export function windowTable(level: LevelResult): string {
   const rows = [
-    '| Window | Steady | Editors (sim/server) | Edits/s | Confirmed/s | Client p50/p90/p99/max (ms) | Refused | Server RPS | Server p50/p90/p99/max (ms) |',
-    '| :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| Window | Steady | Editors (sim/server) | Edits/s | Confirmed/s | Client p50/p90/p99/max (ms) | Refused | Server RPS | Server p50/p90/p99/max (ms) | Server processing/hold p99 (ms) |',
+    '| :--- | :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const window of level.windows) {
     const latency = window.latency;
@@ -69,7 +74,7 @@ export function windowTable(level: LevelResult): string {
               .map((v) => fixed(v, 2))
               .join(' / ')
           : '–'
-      } |`,
+      } | ${server ? `${fixed(server.processingP99Ms, 2)} / ${fixed(server.holdP99Ms, 2)}` : '–'} |`,
     );
   }
   return rows.join('\n');

@@ -23,6 +23,11 @@ export interface ServerWindow {
   p90Ms: number | null;
   p99Ms: number | null;
   maxMs: number | null;
+  /// The latency less the flush hold, and the hold (`processingP90Ms`…, `holdP99Ms`): null
+  /// from a server that does not report them apart.
+  processingP90Ms: number | null;
+  processingP99Ms: number | null;
+  holdP99Ms: number | null;
   raw: Record<string, unknown>;
 }
 
@@ -165,6 +170,9 @@ function readWindow(raw: Record<string, unknown>): ServerWindow | null {
     p90Ms: percentile('p90'),
     p99Ms: percentile('p99'),
     maxMs: percentile('max'),
+    processingP90Ms: num(raw['processingP90Ms']),
+    processingP99Ms: num(raw['processingP99Ms']),
+    holdP99Ms: num(raw['holdP99Ms']),
     raw,
   };
 }

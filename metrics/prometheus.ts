@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { MetricsRecorder } from './recorder.js';
-import type { Totals } from './totals.js';
+import type { BucketCounts } from './totals.js';
 
 /// Naming options of `createMetricsRegistry`.
 export interface MetricsRegistryOptions {
@@ -16,6 +16,8 @@ export interface MetricsRegistryOptions {
 /// Builds a prom-client Registry that exposes `recorder`'s counters:
 /// - `<prefix>steps_latency_seconds` histogram of server-side `steps` latency (all outcomes),
 ///   bucketed by `config.latencyBucketsSeconds`;
+/// - `<prefix>batch_hold_seconds` histogram of how long accepted batches waited for their
+///   flush, and `<prefix>steps_processing_seconds` of the latency less that hold, same buckets;
 /// - `<prefix>steps_batches_total{outcome}` counter, outcome 'accepted' or the error code;
 /// - `<prefix>steps_accepted_total` counter of steps in accepted batches;
 /// - `<prefix>editors_connected` and `<prefix>documents_active` gauges;
@@ -31,12 +33,27 @@ export function createMetricsRegistry(
   const registry = new Registry();
   const totals = recorder.totals;
 
+  const bounds = recorder.config.latencyBucketsSeconds;
   new RecordedLatencyHistogram(
     `${prefix}steps_latency_seconds`,
     'Server-side processing time of steps messages, from receipt to outcome sent, in seconds',
     registry,
-    totals,
-    recorder.config.latencyBucketsSeconds,
+    totals.latency,
+    bounds,
+  );
+  new RecordedLatencyHistogram(
+    `${prefix}batch_hold_seconds`,
+    'Time an accepted batch waited on purpose for its flush, from applied to the flush taking it, in seconds',
+    registry,
+    totals.hold,
+    bounds,
+  );
+  new RecordedLatencyHistogram(
+    `${prefix}steps_processing_seconds`,
+    'Server-side time spent on steps messages: the latency less the flush hold, in seconds',
+    registry,
+    totals.processing,
+    bounds,
   );
 
   new Counter({
@@ -109,7 +126,7 @@ class RecordedLatencyHistogram extends Histogram {
     private readonly exposedName: string,
     private readonly exposedHelp: string,
     registry: Registry,
-    private readonly totals: Totals,
+    private readonly source: BucketCounts,
     private readonly boundsSeconds: readonly number[],
   ) {
     super({
@@ -129,7 +146,7 @@ class RecordedLatencyHistogram extends Histogram {
     aggregator: 'sum';
     values: ExposedSample[];
   }> {
-    const counts = this.totals.bucketCounts;
+    const counts = this.source.counts;
     const values: ExposedSample[] = [];
     let cumulative = 0;
     for (let i = 0; i < this.boundsSeconds.length; i++) {
@@ -138,7 +155,7 @@ class RecordedLatencyHistogram extends Histogram {
     }
     cumulative += counts[this.boundsSeconds.length];
     values.push(this.sample('_bucket', { le: '+Inf' }, cumulative));
-    values.push(this.sample('_sum', {}, this.totals.latencySumMs / 1000));
+    values.push(this.sample('_sum', {}, this.source.sumMs / 1000));
     values.push(this.sample('_count', {}, cumulative));
     return {
       name: this.exposedName,

@@ -55,8 +55,8 @@ export type WindowListener = (window: MetricsWindow) => void;
 ///
 /// The per-message path (`record`) increments plain counters, finds the document's entry in a
 /// Map, and records into Node's native HDR histograms; reading and resetting them happens once
-/// per window in `tick()`. The five native `RecordableHistogram.record` calls (total, three
-/// stages, the document's; four with `documentHistogramsMax: 0`) are most of its cost;
+/// per window in `tick()`. The seven native `RecordableHistogram.record` calls (total, three
+/// stages, hold, processing, the document's) are most of its cost;
 /// disabled, it costs nothing measurable. bench/metrics-record.ts measures it (figures in
 /// bench-results/NOTES.md).
 export class MetricsRecorder {
@@ -79,6 +79,8 @@ export class MetricsRecorder {
   private readonly applyStage: LatencyHistogram;
   private readonly persistStage: LatencyHistogram;
   private readonly broadcastStage: LatencyHistogram;
+  private readonly holdStage: LatencyHistogram;
+  private readonly processing: LatencyHistogram;
   private readonly documentTable: DocumentTable;
   private readonly processSampler: ProcessSampler;
   private readonly history: WindowHistory;
@@ -115,6 +117,8 @@ export class MetricsRecorder {
     this.applyStage = new LatencyHistogram(highest, 3);
     this.persistStage = new LatencyHistogram(highest, 3);
     this.broadcastStage = new LatencyHistogram(highest, 3);
+    this.holdStage = new LatencyHistogram(highest, 3);
+    this.processing = new LatencyHistogram(highest, 3);
     this.documentTable = new DocumentTable(highest, this.config.documentHistogramsMax);
     this.processSampler = new ProcessSampler(this.config.eventLoopResolutionMs);
     this.history = new WindowHistory(this.config.windowsKept);
@@ -131,6 +135,9 @@ export class MetricsRecorder {
   /// append finished, and when the outcome (ack, and broadcast if accepted) was sent. Pass NaN
   /// for a stage the message never reached (a stale batch is never persisted): that stage is
   /// not recorded, the others are. `outcome` is 'accepted' or the error code sent back.
+  /// `takenMs`, when the batch's flush took it, splits the latency into the hold (applied →
+  /// taken: waiting on purpose to go with others) and processing (the rest); without it (NaN,
+  /// as for refusals, answered without a flush) the whole latency is processing.
   /// Returns at once when metrics are disabled. Never throws.
   record(
     documentId: string,
@@ -140,6 +147,7 @@ export class MetricsRecorder {
     appliedMs: number,
     persistedMs: number,
     sentMs: number,
+    takenMs = NaN,
   ): void {
     if (!this.enabled) return;
     const totals = this.totals;
@@ -161,6 +169,16 @@ export class MetricsRecorder {
       this.latency.recordMs(totalMs);
       totals.recordLatencyMs(totalMs);
       if (doc.latency !== null) doc.latency.recordMs(totalMs);
+    }
+    const holdMs = takenMs - appliedMs;
+    if (holdMs === holdMs) {
+      this.holdStage.recordMs(holdMs);
+      totals.hold.recordMs(holdMs);
+    }
+    const processingMs = holdMs === holdMs ? totalMs - holdMs : totalMs;
+    if (processingMs === processingMs) {
+      this.processing.recordMs(processingMs);
+      totals.processing.recordMs(processingMs);
     }
     const applyMs = appliedMs - receivedMs;
     if (applyMs === applyMs) this.applyStage.recordMs(applyMs);
@@ -369,6 +387,12 @@ export class MetricsRecorder {
       applyP99Ms: this.applyStage.percentileMs(99),
       persistP99Ms: this.persistStage.percentileMs(99),
       broadcastP99Ms: this.broadcastStage.percentileMs(99),
+      holdP50Ms: this.holdStage.percentileMs(50),
+      holdP90Ms: this.holdStage.percentileMs(90),
+      holdP99Ms: this.holdStage.percentileMs(99),
+      processingP50Ms: this.processing.percentileMs(50),
+      processingP90Ms: this.processing.percentileMs(90),
+      processingP99Ms: this.processing.percentileMs(99),
       eventLoopDelayP99Ms: sample.eventLoopDelayP99Ms,
       eventLoopUtilization: sample.eventLoopUtilization,
       heapUsedBytes: sample.heapUsedBytes,
@@ -384,6 +408,8 @@ export class MetricsRecorder {
     this.applyStage.reset();
     this.persistStage.reset();
     this.broadcastStage.reset();
+    this.holdStage.reset();
+    this.processing.reset();
     this.receivedAtStart = totals.batchesReceived;
     this.acceptedAtStart = totals.batchesAccepted;
     this.stepsReceivedAtStart = totals.stepsReceived;

@@ -45,6 +45,17 @@ export interface MetricsWindow {
   persistP99Ms: number | null;
   /// 99th percentile of the broadcast stage (persisted → outcome sent).
   broadcastP99Ms: number | null;
+  /// How long accepted batches waited on purpose for their flush (applied → the flush taking
+  /// them; part of the persist stage above), so that they go with others: the flush policy's
+  /// doing, not work.
+  holdP50Ms: number | null;
+  holdP90Ms: number | null;
+  holdP99Ms: number | null;
+  /// Server-side latency less the hold, every outcome: the time spent on a message (validate,
+  /// apply, journal append, broadcast and answer), comparable with a server that never holds.
+  processingP50Ms: number | null;
+  processingP90Ms: number | null;
+  processingP99Ms: number | null;
   /// 99th percentile of event-loop delay, null when the recorder was not started.
   eventLoopDelayP99Ms: number | null;
   /// Share of the window the event loop was busy, 0–1 with three decimals.

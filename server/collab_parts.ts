@@ -12,6 +12,7 @@ import { Admission } from './protocol/admission.js';
 import { ClientOwners } from './protocol/client_owners.js';
 import { EngineGuard } from './protocol/engine_guard.js';
 import { roomOf, type Authenticate, type ScriptoriumNamespace } from './protocol/socket.js';
+import { WriteCork } from './protocol/write_cork.js';
 import { MemoryStore } from './stores/memory_store.js';
 import type { Store } from './stores/store.js';
 
@@ -145,10 +146,17 @@ function socketOptionsOf(config: Readonly<Config>): SocketOptions {
 
 /// How rooms reach their editors: over every namespace attached, now or later.
 function roomTransport(namespaces: readonly ScriptoriumNamespace[]): RoomTransport {
+  const cork = new WriteCork();
   return {
     broadcast(docId, message) {
       const name = roomOf(docId);
       for (const nsp of namespaces) nsp.to(name).emit('steps', message);
+    },
+    cork(docId) {
+      cork.hold(namespaces, roomOf(docId));
+    },
+    uncork() {
+      cork.release();
     },
     evict(docId, code, message, retryAfterMs) {
       for (const nsp of namespaces) {

@@ -440,22 +440,31 @@ export const settings = {
         .map((part) => part.trim())
         .filter((part) => part !== ''),
   ),
-  /// How long a busy document gathers batches into one flush (journal append, broadcast,
-  /// acknowledgements): `flushUsPerSocket` µs per joined socket, at most `flushIntervalMs`; see
-  /// `RoomOptions.flushIntervalMs`.
+  /// When a document flushes (journal append, broadcast, acknowledgements): at once while the
+  /// process has headroom; under pressure after `flushUsPerSocket` µs per joined socket; never
+  /// after more than `flushIntervalMs`. See `flushWaitMs` (server/rooms/flush_policy.ts).
   flushIntervalMs: whole(
     'FLUSH_INTERVAL_MS',
     40,
     [0, 1_000],
     'limit',
-    'most time a busy document gathers batches into one flush (one append, one broadcast frame per editor); `0`: every event-loop turn',
+    'most time a batch waits for its flush (one append, one broadcast frame per editor): flushed every event-loop turn while the process has headroom, gathered only under pressure; `0`: every turn',
   ),
   flushUsPerSocket: whole(
     'FLUSH_US_PER_SOCKET',
     500,
     [0, 1_000_000],
     'limit',
-    '…the gathering time per joined socket, up to `FLUSH_INTERVAL_MS`',
+    '…under pressure, the gathering time per joined socket, up to `FLUSH_INTERVAL_MS`',
+  ),
+  /// Where pressure starts for the flush policy: the share of the event loop busy (%) past
+  /// which rooms gather; 0 gathers always (a fixed hold of `flushUsPerSocket` per socket).
+  flushBusyPercent: whole(
+    'FLUSH_BUSY_PERCENT',
+    50,
+    [0, 100],
+    'limit',
+    '…the event loop busy (%) past which the process is under pressure; `0`: always',
   ),
   snapshotEverySteps: whole(
     'SNAPSHOT_EVERY_STEPS',

@@ -11,8 +11,8 @@ const defaultWindows = 30;
 ///   oldest first (N from 1 to the recorder's `windowsKept`, 360 by default; 30 when absent).
 ///   An invalid N gets 400 `{code: 'bad-request', message}`;
 /// - `GET /dashboard` (`/dashboard/` redirects there): an HTML page that polls `metrics/windows` and draws line charts of
-///   latency, throughput, editors and event-loop delay on canvases, with its script and style
-///   at `GET /dashboard/app.js` and `GET /dashboard/app.css` (served from this router, nothing
+///   latency (processing and hold apart), throughput, editors and event-loop delay on
+///   canvases, with its script and style at `GET /dashboard/app.js` and `GET /dashboard/app.css` (served from this router, nothing
 ///   from elsewhere).
 /// Errors from the registry reach express's error handling as rejected promises (express 5).
 export function metricsRouter(
@@ -123,7 +123,8 @@ canvas { width: 100%; height: 220px; display: block; }
 const dashboardScript = `"use strict";
 var charts = [
   { id: "chart-latency", series: [
-    ["p50", "latencyP50Ms", "#2b8a3e"], ["p90", "latencyP90Ms", "#e67700"], ["p99", "latencyP99Ms", "#c92a2a"]] },
+    ["p50", "latencyP50Ms", "#2b8a3e"], ["p90", "latencyP90Ms", "#e67700"], ["p99", "latencyP99Ms", "#c92a2a"],
+    ["processing p99", "processingP99Ms", "#5c940d"], ["hold p99", "holdP99Ms", "#868e96"]] },
   { id: "chart-rps", series: [
     ["accepted batches", "batchesAcceptedPerSec", "#1c7ed6"], ["received batches", "batchesReceivedPerSec", "#74c0fc"],
     ["steps", "stepsAcceptedPerSec", "#7048e8"]] },
@@ -226,7 +227,8 @@ function poll() {
       var w = latest[latest.length - 1];
       document.getElementById("status").firstChild.textContent = w
         ? "Window ending " + clock(w.endMs) + ": " + w.editors + " editors, " + w.documents +
-          " documents, " + w.batchesAcceptedPerSec + " accepted/s, p99 " + w.latencyP99Ms + " ms. "
+          " documents, " + w.batchesAcceptedPerSec + " accepted/s, p99 " + w.latencyP99Ms + " ms (" +
+          w.processingP99Ms + " processing, " + w.holdP99Ms + " hold). "
         : "No closed window yet (windows close every 10 s). ";
       render();
     })

@@ -117,13 +117,15 @@ export class BatchQueue {
     for (let i = 0; i < waiters.length; i++) waiters[i]!();
   }
 
-  /// Acknowledges `batch`, made durable at `persisted` (ms, `performance.now()`).
-  accepted(batch: PendingBatch, persisted: number): void {
+  /// Acknowledges `batch`, taken into a flush at `taken` and made durable at `persisted` (ms,
+  /// `performance.now()`; `taken` NaN when unknown: no hold is recorded).
+  accepted(batch: PendingBatch, persisted: number, taken = NaN): void {
     batch.ack({ ok: true, version: batch.version });
     if (this.observer) {
       const { steps, received, applied } = batch;
       const now = performance.now();
-      this.observer.record(this.docId, 'accepted', steps.length, received, applied, persisted, now);
+      const count = steps.length;
+      this.observer.record(this.docId, 'accepted', count, received, applied, persisted, now, taken);
     }
   }
 

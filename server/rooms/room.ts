@@ -12,6 +12,7 @@ import type { Authority } from '../core/authority.js';
 import type { Lease, Store } from '../stores/store.js';
 import { BatchQueue, groupSteps, type PendingBatch } from './batch_queue.js';
 import type { CodedError } from './coded_error.js';
+import { FlushPacer, processLoad } from './flush_policy.js';
 import { ClientLedger } from './ledger.js';
 import { LeaseState } from './lease_state.js';
 import { Recovery } from './room_recovery.js';
@@ -68,8 +69,7 @@ export class Room {
   private readonly recovery: Recovery;
   private readonly queue: BatchQueue;
   private flushScheduled = false;
-  /// When the last flush started (ms, `performance.now()`).
-  private lastFlushAt = -Infinity;
+  private readonly pacer = new FlushPacer(processLoad);
   private readonly flushBound = (): void => this.flush();
   /// `publishedDoc.toJSON()`, made once per published version for every join, pull and
   /// snapshot that needs the whole document (`docJSONVersion` says which version it is).
@@ -288,16 +288,11 @@ export class Room {
   }
 
   /// Flushes after the I/O callbacks of this turn (every batch that arrived in it joins one
-  /// append and one broadcast), or, when the last flush started less than the room's flush
-  /// interval ago, once that interval is over: under load the batches of the interval go
-  /// together.
+  /// append and one broadcast), or later when the flush policy says the process or this room
+  /// is under pressure (`flushWaitMs`): then the batches of that wait go together.
   private scheduleFlush(): void {
     this.flushScheduled = true;
-    const interval = Math.min(
-      this.options.flushIntervalMs,
-      (this.sockets * this.options.flushUsPerSocket) / 1000,
-    );
-    const wait = this.lastFlushAt + interval - performance.now();
+    const wait = this.pacer.waitMs(this.sockets, this.options);
     if (wait < 1) setImmediate(this.flushBound);
     else setTimeout(this.flushBound, wait);
   }
@@ -373,7 +368,7 @@ export class Room {
       return;
     }
     const group = this.queue.takeGroup();
-    this.lastFlushAt = performance.now();
+    this.pacer.startedAt = performance.now();
     const baseVersion = this.publishedVersion;
     const { steps, clientIDs, users } = groupSteps(group);
     let appended: ReturnType<Store['append']>;
@@ -411,14 +406,19 @@ export class Room {
     const last = group[group.length - 1]!;
     this.version = last.version;
     this.doc = last.doc;
-    // One broadcast for the whole group, encoded once by the adapter for every socket; it is
-    // written before the acknowledgements below, so each sender sees its steps confirmed by
-    // the broadcast first.
-    this.transport.broadcast(this.docId, { version: last.version, steps, clientIDs });
-    for (let i = 0; i < group.length; i++) {
-      const batch = group[i]!;
-      this.ledger.set(batch.clientID, batch.version);
-      this.queue.accepted(batch, persisted);
+    // One broadcast for the whole group, encoded once by the adapter for every socket, before
+    // the acknowledgements, so each sender sees its steps confirmed by the broadcast first;
+    // corked, each socket gets both in one write (released even if one throws: `fail` writes).
+    this.transport.cork?.(this.docId);
+    try {
+      this.transport.broadcast(this.docId, { version: last.version, steps, clientIDs });
+      for (let i = 0; i < group.length; i++) {
+        const batch = group[i]!;
+        this.ledger.set(batch.clientID, batch.version);
+        this.queue.accepted(batch, persisted, this.pacer.startedAt);
+      }
+    } finally {
+      this.transport.uncork?.();
     }
     if (this.hooks.accepted) {
       for (let i = 0; i < group.length; i++) {
@@ -432,6 +432,7 @@ export class Room {
         });
       }
     }
+    this.pacer.published(performance.now() - persisted);
     this.queue.landed();
     this.snapshots.published();
     this.flushNextOrSettle();

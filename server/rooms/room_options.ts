@@ -6,12 +6,17 @@ import type { StepsBroadcast } from '../../schema/events.js';
 /// (`retryAfterMs`: when to come back, for `closing`).
 export interface RoomTransport {
   broadcast(docId: string, message: StepsBroadcast): void;
+  /// Optional: holds the writes to the document's sockets until `uncork`, so that what one
+  /// flush sends to a socket (the broadcast, its sender's acknowledgement) goes in one write.
+  cork?(docId: string): void;
+  uncork?(): void;
   evict(docId: string, code: ErrorCode, message: string, retryAfterMs: number): void;
 }
 
 /// Receives the outcome and timings of every `steps` message: 'accepted' or an error code,
 /// and milliseconds from `performance.now()` when it was received, validated and applied,
-/// persisted (NaN when it never got that far) and answered. `MetricsRecorder` is one.
+/// persisted (NaN when it never got that far) and answered, and, for an accepted batch, when
+/// its flush took it (the time between applied and taken is the hold). `MetricsRecorder` is one.
 export interface BatchObserver {
   record(
     docId: string,
@@ -21,20 +26,23 @@ export interface BatchObserver {
     applied: number,
     persisted: number,
     sent: number,
+    taken?: number,
   ): void;
 }
 
 /// Room settings taken from the server configuration.
 export interface RoomOptions {
-  /// The most time between the starts of two flushes of a busy room (ms). A batch that
-  /// arrives after a quiet spell is flushed at the end of its event-loop turn; while batches
-  /// keep arriving, those of the next interval wait and go together: one journal append, one
-  /// broadcast frame per socket instead of one per batch. The interval is `flushUsPerSocket` µs
-  /// per joined socket, up to this: a flush costs a frame per socket, so a room's frames per
-  /// second stay bounded whatever its size, and a small room waits next to nothing.
-  /// 0 flushes every turn.
+  /// The most time a batch waits for its flush (ms), the ceiling of the flush policy
+  /// (`flushWaitMs`): a batch is flushed at the end of its event-loop turn while the process
+  /// has headroom, and batches are gathered into one flush (one journal append, one broadcast
+  /// frame per socket instead of one per batch) only under pressure. 0 flushes every turn.
   flushIntervalMs: number;
+  /// Under pressure (the event loop busy), the gathering time per joined socket (µs), up to
+  /// `flushIntervalMs`: a flush costs a frame per socket, so a busy room's frames per second
+  /// stay bounded whatever its size.
   flushUsPerSocket: number;
+  /// The event loop busy (%) past which the process is under pressure; 0: always.
+  flushBusyPercent: number;
   snapshotEverySteps: number;
   snapshotEveryMs: number;
   /// Written into every snapshot: the version of the schema its document was made with.

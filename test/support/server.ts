@@ -45,8 +45,11 @@ export async function startServer(
 /// A test server whose metrics run on fake clocks: windows close when `advance` says, not
 /// every 10 s. `advance(ms)` moves both the wall clock and the monotonic one (time passing)
 /// and closes the windows that ended; `stepWallClock(ms)` moves only the wall clock, as NTP
-/// correcting it would.
-export async function startServerWithFakeClock(startMs: number): Promise<
+/// correcting it would. `overrides` as `startServer`'s.
+export async function startServerWithFakeClock(
+  startMs: number,
+  overrides: Partial<Config> = {},
+): Promise<
   TestServer & {
     metrics: MetricsRecorder;
     advance(ms: number): number;
@@ -66,7 +69,7 @@ export async function startServerWithFakeClock(startMs: number): Promise<
       documents: () => server?.server.collab.stats().documents ?? 0,
     },
   );
-  server = await startServer({}, undefined, metrics);
+  server = await startServer(overrides, undefined, metrics);
   return {
     ...server,
     metrics,

@@ -88,3 +88,23 @@ test('the test parser rejects malformed exposition lines', () => {
     assert.throws(() => parsePrometheusText(bad), Error, JSON.stringify(bad));
   }
 });
+
+test('the hold and processing histograms split the latency of held batches', async () => {
+  const recorder = new MetricsRecorder({}, { now: () => 0 });
+  const registry = createMetricsRegistry(recorder, { defaultMetrics: false });
+  // Held 20 ms of 21: applied at 0.5, taken at 20.5, answered at 21.
+  recorder.record('doc', 'accepted', 1, 0, 0.5, 20.7, 21, 20.5);
+  recorder.record('doc', 'stale', 1, 0, 0.3, NaN, 0.3);
+  const families = parsePrometheusText(await registry.metrics());
+  assert.equal(families.get('scriptorium_batch_hold_seconds')?.type, 'histogram');
+  assert.equal(families.get('scriptorium_steps_processing_seconds')?.type, 'histogram');
+  const hold = (le: string): number =>
+    sampleValue(families, 'scriptorium_batch_hold_seconds_bucket', { le });
+  assert.deepEqual(['0.01', '0.025', '+Inf'].map(hold), [0, 1, 1]);
+  const processing = (le: string): number =>
+    sampleValue(families, 'scriptorium_steps_processing_seconds_bucket', { le });
+  assert.deepEqual(['0.00025', '0.0005', '0.001', '+Inf'].map(processing), [0, 1, 2, 2]);
+  const sum = sampleValue(families, 'scriptorium_batch_hold_seconds_sum');
+  assert.ok(Math.abs(sum - 0.02) < 1e-9, `hold sum ${sum}`);
+  assert.equal(sampleValue(families, 'scriptorium_steps_latency_seconds_count'), 2);
+});

@@ -441,3 +441,48 @@ test('out-of-range configuration is refused', () => {
   assert.throws(() => new MetricsRecorder({ latencyBucketsSeconds: [0.1, 0.01] }), RangeError);
   assert.throws(() => new MetricsRecorder({ latencyBucketsSeconds: [] }), RangeError);
 });
+
+test('a batch held for its flush counts the hold apart from the time spent on it', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base);
+  // Received at 100, applied at 100.2, taken by a flush at 130.2 (held 30 ms), persisted at
+  // 130.7 and answered at 131: 31 ms in all, 1 ms of it work.
+  for (let i = 0; i < 10; i++)
+    recorder.record('alpha', 'accepted', 1, 100, 100.2, 130.7, 131, 130.2);
+  // A refusal is answered without a flush: all processing, no hold.
+  recorder.record('alpha', 'stale', 1, 200, 200.5, NaN, 200.5);
+  clock.ms = base + 10_000;
+  recorder.tick();
+  const window = closed[0]!;
+  assertWithin1Percent(window.latencyP99Ms, 31);
+  assertWithin1Percent(window.holdP50Ms, 30);
+  assertWithin1Percent(window.holdP99Ms, 30);
+  assertWithin1Percent(window.processingP50Ms, 1);
+  assertWithin1Percent(window.processingP99Ms, 1);
+  // The persist stage keeps its meaning (applied → persisted, the hold included).
+  assertWithin1Percent(window.persistP99Ms, 30.5);
+  const totals = recorder.totals;
+  assert.equal(
+    totals.hold.counts.reduce((a, b) => a + b, 0),
+    10,
+  );
+  assert.equal(
+    totals.processing.counts.reduce((a, b) => a + b, 0),
+    11,
+  );
+  assert.ok(Math.abs(totals.hold.sumMs - 300) < 1e-6, `hold sum ${totals.hold.sumMs}`);
+  assert.ok(
+    Math.abs(totals.processing.sumMs - 10.5) < 1e-6,
+    `processing ${totals.processing.sumMs}`,
+  );
+});
+
+test('a window without flushed batches reports no hold, and a record without taken none', () => {
+  const { recorder, clock, closed } = fakeClockRecorder(base);
+  message(recorder, 'alpha', 'accepted', 1); // the seven-argument call of older callers
+  clock.ms = base + 10_000;
+  recorder.tick();
+  const window = closed[0]!;
+  assert.equal(window.holdP99Ms, null);
+  assertWithin1Percent(window.processingP99Ms, 0.8);
+  assertWithin1Percent(window.latencyP99Ms, 0.8);
+});

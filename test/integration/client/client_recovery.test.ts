@@ -79,7 +79,11 @@ describe('client recovery', () => {
 
   it('keeps an edit dispatched from onState while a broadcast of several runs is applied', async (t) => {
     // A long flush interval so that three editors' batches go out in one broadcast.
-    const server = await startServer({ flushIntervalMs: 300, flushUsPerSocket: 1_000_000 });
+    const server = await startServer({
+      flushIntervalMs: 300,
+      flushUsPerSocket: 1_000_000,
+      flushBusyPercent: 0,
+    });
     let armed = false;
     let a: CollabClient | null = null;
     a = openEditor(server.url, 'reentry', {
