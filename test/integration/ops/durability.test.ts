@@ -187,7 +187,10 @@ describe('durability (real Redis, server child processes)', () => {
       const editing = Promise.all(
         editors.map((editor, i) => editRandomly(editor, new Random(round * 10 + i), 60, 4)),
       );
-      await delay(150);
+      // Killed mid-stream: once some of this round's batches are acknowledged (a fixed delay
+      // left a loaded machine too few to prove anything), while the rest are still coming.
+      const ackedBefore = acked.length;
+      await waitFor(() => acked.length >= ackedBefore + 8, 'batches acknowledged before the kill');
       assert.equal(await server.stop('SIGKILL'), 'SIGKILL');
       const ackedAtCrash = Math.max(0, ...acked.map((batch) => batch.version));
       server = await startServerProcess(env, server.port);
