@@ -158,6 +158,7 @@ export function createCollab(options: CollabOptions = {}): Collab {
       maxStepsPerBatch: parts.config.maxStepsPerBatch,
       maxDiffSteps: parts.config.historyMaxDiffSteps,
       maxRevertSteps: parts.config.historyMaxRevertSteps,
+      retain: (docId) => parts.retention.fresh(docId),
     }),
   };
   registries.set(collab, parts.rooms);

@@ -42,6 +42,9 @@ export interface HistoryDeps {
   /// a revert in time growing with the square of its steps.
   maxDiffSteps: number;
   maxRevertSteps: number;
+  /// Brings the document's history within retention if it was not lately (see
+  /// `RetentionRunner.fresh`): called before every history method reads.
+  retain: (docId: string) => Promise<void>;
 }
 
 /// The history half of `Collab` (see its doc comments there).
@@ -69,10 +72,12 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
   return {
     async history(docId, request = {}) {
       deps.checkDocId(docId);
+      await deps.retain(docId);
       return historyPage(store, docId, request);
     },
     async documentAt(docId, version) {
       deps.checkDocId(docId);
+      await deps.retain(docId);
       const stretch = await readStretch(store, schema, docId, version, version);
       return { version, doc: stretch.doc };
     },
@@ -81,6 +86,7 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
     },
     async nameVersion(docId, version, name, options) {
       deps.checkDocId(docId);
+      await deps.retain(docId);
       checkName(name);
       if (!store.archive) throw noArchive();
       // Only a version that can be shown may be named: one already gone is refused.
@@ -91,6 +97,7 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
     },
     async restore(docId, version, options) {
       deps.checkDocId(docId);
+      await deps.retain(docId);
       const target = await readStretch(store, schema, docId, version, version);
       const room = await writableRoom(deps, docId);
       // Against the newest document, in one synchronous step with the hand-over to the room:
@@ -102,6 +109,7 @@ export function historyMethods(deps: HistoryDeps): HistoryMethods {
     },
     async revert(docId, select, options) {
       deps.checkDocId(docId);
+      await deps.retain(docId);
       if (typeof select?.user !== 'string' || select.user === '')
         throw new CodedError('bad-request', 'revert needs the user whose changes to revert');
       const stored = await store.load(docId);
@@ -145,6 +153,7 @@ async function changesBetween(
 ): Promise<ChangesResult> {
   const { store, schema } = deps;
   deps.checkDocId(docId);
+  await deps.retain(docId);
   if (Number.isSafeInteger(fromVersion) && toVersion - fromVersion > deps.maxDiffSteps)
     throw tooLong('changes', deps.maxDiffSteps);
   const stretch = await readStretch(store, schema, docId, fromVersion, toVersion);

@@ -10,12 +10,18 @@ export interface RetentionLimits {
   historyMaxBytes: number;
 }
 
+/// How long a `fresh` run on a document stands, and how many documents' runs are remembered.
+const freshForMs = 60_000;
+const freshKept = 10_000;
+
 /// Runs retention for a document after its snapshots (which is when its archive grows), one
 /// run per document at a time: a snapshot landing while one runs asks for one more run after
 /// it. Failures are logged; the next snapshot tries again.
 export class RetentionRunner {
   private readonly running = new Map<string, Promise<void>>();
   private readonly again = new Set<string>();
+  /// When `fresh` last ran retention on each document (clock ms), oldest first.
+  private readonly checked = new Map<string, number>();
 
   constructor(
     private readonly deps: {
@@ -40,6 +46,22 @@ export class RetentionRunner {
       if (this.again.delete(docId)) this.schedule(docId);
     });
     this.running.set(docId, run);
+  }
+
+  /// Runs retention on `docId` and waits for it, unless `fresh` did in the last minute: a
+  /// history read calls it first, so that a document no snapshot has touched since its steps
+  /// passed retention (nobody edits it) never answers from them. Never rejects: a failed run is
+  /// logged and the read goes on with what is stored.
+  async fresh(docId: string): Promise<void> {
+    if (!this.deps.store.archive) return;
+    const now = this.deps.clock();
+    const last = this.checked.get(docId);
+    if (last !== undefined && now - last >= 0 && now - last < freshForMs) return;
+    this.checked.delete(docId);
+    this.checked.set(docId, now);
+    if (this.checked.size > freshKept) this.checked.delete(this.checked.keys().next().value!);
+    this.schedule(docId);
+    await this.running.get(docId);
   }
 
   /// Resolves once no run is in flight (for shutdown and tests).

@@ -54,7 +54,7 @@ const minute = 60_000;
 
 for (const [name, open] of stores) {
   describe(`retention on the ${name} store`, () => {
-    it('coarsens old steps, keeps named versions, refuses the rest as history-gone', async () => {
+    it('coarsens old steps, keeps named versions, refuses the rest as history-gone', async (t) => {
       let time = Date.UTC(2026, 0, 1);
       const clock = () => time;
       const store = await open();
@@ -63,6 +63,7 @@ for (const [name, open] of stores) {
         clock,
         limits: { snapshotEverySteps: 6, historyRetentionDays: 30, historyCoarseMinutes: 60 },
       });
+      t.after(() => collab.close());
       const docId = `retention-${name}`;
       const docs: Node[] = [];
       // Three hours of typing, 20 steps an hour, by ann then bob then cy.
@@ -133,6 +134,36 @@ for (const [name, open] of stores) {
       assert.ok((await collab.documentAt(docId, 25)).doc.eq(docs[25]!));
       assert.ok((await store.archive!.stats(docId)).bytes < afterStats.bytes);
       await collab.close();
+    });
+
+    it('thins the history of a document nobody edits when it is next read', async (t) => {
+      let time = Date.UTC(2026, 0, 1);
+      const store = await open();
+      const collab: Collab = createCollab({
+        store,
+        clock: () => time,
+        limits: { snapshotEverySteps: 6, historyRetentionDays: 30, historyCoarseMinutes: 60 },
+      });
+      t.after(() => collab.close());
+      const docId = `retention-idle-${name}`;
+      for (let i = 0; i < 30; i++) {
+        time += 3 * minute;
+        await collab.change(docId, (tr) => tr.insert(tr.doc.content.size - 1, schema.text('x')), {
+          user: 'ann',
+          clientID: 'c-ann',
+        });
+      }
+      const room = roomsOf(collab).peek(docId)!;
+      await room.whenIdle();
+      await room.snapshot();
+      assert.equal((await collab.documentAt(docId, 1)).version, 1, 'kept while recent');
+      // No edit, so no snapshot, ever after: the read itself finds the steps past retention.
+      time += 40 * day;
+      await assert.rejects(
+        collab.documentAt(docId, 1),
+        (err: unknown) => err instanceof CodedError && err.code === 'history-gone',
+      );
+      assert.ok((await store.archive!.windows(docId)).length > 0, 'coarsened in the store');
     });
   });
 }
