@@ -1,55 +1,18 @@
+import type {
+  AttributedChange,
+  HistoryEntry,
+  HistoryPage,
+  NamedVersion,
+  RevertResult,
+  Span,
+} from '../schema/history.js';
 import { isErrorCode, type ErrorCode } from '../schema/protocol.js';
 
-// The web editor's client of the history routes (docs/history.md). The shapes are the JSON the
-// server answers, as server/history/types.ts declares them: the browser bundle imports nothing
-// of the server's.
+export type { AttributedChange, HistoryEntry, HistoryPage, NamedVersion, RevertResult, Span };
 
-/// An attributed run of inserted or deleted text.
-export interface Span {
-  length: number;
-  user: string | null;
-  clientID: string;
-  at: number;
-}
+// The web editor's client of the history routes (docs/history.md), answering the shapes of
+// schema/history.ts.
 
-/// One changed range: positions in the older document (A) and the newer one (B).
-export interface AttributedChange {
-  fromA: number;
-  toA: number;
-  fromB: number;
-  toB: number;
-  inserted: Span[];
-  deleted: Span[];
-}
-
-/// A session of editing: the steps from `fromVersion` to `toVersion`, and who wrote them.
-export interface HistoryEntry {
-  fromVersion: number;
-  toVersion: number;
-  startedAt: number;
-  endedAt: number;
-  users: string[];
-}
-
-export interface NamedVersion {
-  version: number;
-  name: string;
-  user: string | null;
-  at: number;
-}
-
-export interface HistoryPage {
-  entries: HistoryEntry[];
-  named: NamedVersion[];
-}
-
-export interface RevertResult {
-  version: number;
-  reverted: number;
-  skipped: number;
-}
-
-/// A refusal from the server, with its code (`history-gone`, `forbidden`…).
 export class HistoryError extends Error {
   constructor(
     readonly code: ErrorCode | 'network',
