@@ -241,7 +241,9 @@ describe('createCollab in a host app', () => {
   });
 
   it('refuses the steps of a socket whose credentials expired (unauthorized); a fresh connection writes', async () => {
-    tokens['short'] = { user: 'sue', access: 'write', doc: '*', exp: Date.now() + 300 };
+    // Long enough for the join and one batch on a loaded machine (300 ms was not, in CI).
+    const exp = Date.now() + 1500;
+    tokens['short'] = { user: 'sue', access: 'write', doc: '*', exp };
     const sue = await open(host, 'doc-d', 'c-sue', 'short');
     try {
       const { doc, version } = await join(sue);
@@ -250,8 +252,8 @@ describe('createCollab in a host app', () => {
       // The expiry sweep sends the socket away within 250 ms of the expiry; a batch sent
       // before that is refused. Either way it is `unauthorized`, and nothing is written.
       const closing = new Promise<{ code: string }>((resolve) => sue.once('closing', resolve));
-      // Elapsed time is the behaviour here: past the token's expiry (300 ms).
-      await delay(320);
+      // Elapsed time is the behaviour here: past the token's expiry.
+      await delay(Math.max(0, exp - Date.now()) + 20);
       const after = await Promise.race([
         ask<StepsAnswer>(sue, 'steps', {
           version: version + 1,
@@ -280,7 +282,9 @@ describe('createCollab in a host app', () => {
     // socket.io-client multiplexes the namespaces of one server on one connection: closing it
     // for the protocol's socket would disconnect the host's chat too ("io server disconnect",
     // from which socket.io-client does not reconnect).
-    tokens['brief'] = { user: 'bea', access: 'write', doc: '*', exp: Date.now() + 300 };
+    // Long enough to connect on a loaded machine: refused at the handshake instead, the socket
+    // would never get the `closing` this waits for.
+    tokens['brief'] = { user: 'bea', access: 'write', doc: '*', exp: Date.now() + 1500 };
     const manager = new Manager(host.url, {
       transports: ['websocket'],
       reconnection: false,
