@@ -461,10 +461,10 @@ export const settings = {
   /// which rooms gather; 0 gathers always (a fixed hold of `flushUsPerSocket` per socket).
   flushBusyPercent: whole(
     'FLUSH_BUSY_PERCENT',
-    50,
+    0,
     [0, 100],
     'limit',
-    '…the event loop busy (%) past which the process is under pressure; `0`: always',
+    '…the event loop busy (%) past which the process is under pressure; `0` (the default, until the policy keeps large rooms gathering): always gather',
   ),
   snapshotEverySteps: whole(
     'SNAPSHOT_EVERY_STEPS',
