@@ -8,8 +8,7 @@ import { healthOf, statsOf, type CollabHealth, type CollabStats } from './collab
 import { checkOptions, type AttachOptions, type CollabOptions } from './collab_options.js';
 import { buildParts, type CollabParts } from './collab_parts.js';
 import { shutdownCollab } from './collab_shutdown.js';
-import { historyMethods } from './history/history_api.js';
-import type { ChangesResult, HistoryPage, NamedVersion, RevertResult } from './history/types.js';
+import { historyMethods, type HistoryMethods } from './history/history_api.js';
 import { CodedError } from './rooms/coded_error.js';
 import type { Rooms } from './rooms/registry.js';
 import { loadFailureCode } from './protocol/guard.js';
@@ -24,7 +23,8 @@ export type {
 
 /// A collaboration authority to embed: documents, their rooms and the socket protocol, on the
 /// host's Socket.io server.
-export interface Collab {
+/// Its history methods are documented on `HistoryMethods`.
+export interface Collab extends HistoryMethods {
   readonly schema: Schema;
   readonly metrics: MetricsRecorder;
   /// The Socket.io server options the limits need (`new Server(http, collab.socketOptions)`):
@@ -59,49 +59,6 @@ export interface Collab {
   /// is being reloaded after a conflict), `corrupt` for a quarantined document, `moved` (with
   /// `retryAfterMs`) when another node serves it.
   document(docId: string): Promise<{ version: number; epoch: string; doc: Node } | null>;
-  /// One page of the document's history: `entries`, sessions of editing newest first (steps
-  /// split by pauses longer than `gapMs`, 5 minutes by default; coarsened windows of old
-  /// history appear as one entry each), paging back from version `before` (the head by
-  /// default), at most `limit` (50 by default); and `named`, the named versions up to `before`,
-  /// newest first. Read from the store: any node answers. Rejects with a `CodedError`:
-  /// `bad-document-id`, `not-found`, `bad-request` for an option out of range, `unavailable`
-  /// when the store fails.
-  history(
-    docId: string,
-    options?: { before?: number; limit?: number; gapMs?: number },
-  ): Promise<HistoryPage>;
-  /// The document as it was at `version`, rebuilt from the store's history. Rejects with a
-  /// `CodedError`: `bad-request` for a version outside 0…head, `history-gone` for one no
-  /// longer kept (coarsened or past retention), and as `history` does.
-  documentAt(docId: string, version: number): Promise<{ version: number; doc: Node }>;
-  /// What changed from `fromVersion` to `toVersion`: prosemirror-changeset's changes, every
-  /// inserted and deleted span attributed to who wrote it and when. Rejects as `documentAt`,
-  /// and with `too-large` past `HISTORY_MAX_DIFF_STEPS` steps.
-  changes(docId: string, fromVersion: number, toVersion: number): Promise<ChangesResult>;
-  /// Names `version` (replacing a name it had); named versions are never pruned. Resolves
-  /// with the named version; rejects as `documentAt` does, and with `bad-request` for a name
-  /// that is empty, longer than 200 characters or holds control characters.
-  nameVersion(
-    docId: string,
-    version: number,
-    name: string,
-    options: { user: string | null },
-  ): Promise<NamedVersion>;
-  /// Makes the document what it was at `version` again, without losing anything: the steps
-  /// from the current document to that one are appended through the same path as an editor's
-  /// (journal, broadcast to every connected editor, `onAccepted`), as `user`. Resolves with the
-  /// new head version; rejects as `documentAt` and `change` do.
-  restore(docId: string, version: number, options: { user: string | null }): Promise<number>;
-  /// Undoes what `user` wrote between `fromVersion` (0 by default) and `toVersion` (the head),
-  /// keeping everyone else's edits: each of their steps inverted and mapped over every later
-  /// step; what no longer applies is skipped and counted. Appended as `restore`'s steps are,
-  /// as `by`. Rejects as `restore` does, and with `too-large` when `fromVersion` is more than
-  /// `HISTORY_MAX_REVERT_STEPS` steps before the head.
-  revert(
-    docId: string,
-    select: { user: string; fromVersion?: number; toVersion?: number },
-    options: { by: string | null },
-  ): Promise<RevertResult>;
   /// Connected editors, over every attached namespace.
   readonly editors: number;
   /// Refuses new connections, finishes in-flight batches, writes snapshots, tells every editor
